@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: GPL-2.0
+# Out-of-tree build of rvrdma.ko: `make KDIR=/path/to/built/rust/kernel`.
+# KDIR defaults to the test kernel that scripts/build-kernel keeps in the cache.
+
+RVRDMA_CACHE ?= $(HOME)/.cache/rvrdma
+KDIR ?= $(RVRDMA_CACHE)/linux-release
+LIBCLANG_PATH ?= /usr/lib/llvm-19/lib
+export LIBCLANG_PATH
+
+.PHONY: all modules clean check demo shell
+all: modules
+
+modules:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) LLVM= modules
+
+clean:
+	$(MAKE) -C $(KDIR) M=$(CURDIR) clean
+	rm -f rust/rdma_bindings_generated.rs
+
+# The two commands the README names, and a guest shell.
+demo:
+	scripts/demo
+
+check:
+	scripts/test
+
+shell:
+	scripts/vm

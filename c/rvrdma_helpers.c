@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rvrdma: wrappers for static inline kernel functions and macros, called from Rust.
+ * Each is a one-liner; driver logic stays in Rust.
+ */
+#include <linux/if_vlan.h>
+#include <net/addrconf.h>
+#include "rvrdma_helpers.h"
+
+struct ib_device *rvr_ib_alloc_device(size_t size, struct net_device *ndev)
+{
+	return _ib_alloc_device(size, dev_net(ndev));
+}
+
+struct net_device *rvr_netdev_notifier_info_to_dev(void *info)
+{
+	return netdev_notifier_info_to_dev(info);
+}
+
+enum ib_port_state rvr_ib_get_curr_port_state(struct net_device *ndev)
+{
+	return ib_get_curr_port_state(ndev);
+}
+
+enum ib_mtu rvr_ib_mtu_int_to_enum(int mtu)
+{
+	return ib_mtu_int_to_enum(mtu);
+}
+
+bool rvr_netif_is_up(struct net_device *ndev)
+{
+	return netif_running(ndev);
+}
+
+unsigned int rvr_netdev_mtu(struct net_device *ndev)
+{
+	return READ_ONCE(ndev->mtu);
+}
+
+void rvr_dev_hold(struct net_device *ndev)
+{
+	dev_hold(ndev);
+}
+
+void rvr_dev_put(struct net_device *ndev)
+{
+	dev_put(ndev);
+}
+
+const char *rvr_netdev_name(struct net_device *ndev)
+{
+	return ndev->name;
+}
+
+bool rvr_netdev_is_vlan(struct net_device *ndev)
+{
+	return is_vlan_dev(ndev);
+}
+
+void rvr_netdev_eui64(struct net_device *ndev, __be64 *guid)
+{
+	addrconf_addr_eui48((unsigned char *)guid, ndev->dev_addr);
+}
+
+int rvr_ib_is_udata_in_empty(struct ib_udata *udata)
+{
+	return ib_is_udata_in_empty(udata);
+}
+
+int rvr_ib_respond_empty_udata(struct ib_udata *udata)
+{
+	return ib_respond_empty_udata(udata);
+}
+
+const char *rvr_ib_device_name(struct ib_device *ibdev)
+{
+	return dev_name(&ibdev->dev);
+}
+
+void rvr_ib_device_pin(struct ib_device *ibdev)
+{
+	get_device(&ibdev->dev);
+}
+
+void rvr_ib_device_unpin(struct ib_device *ibdev)
+{
+	put_device(&ibdev->dev);
+}

@@ -1,0 +1,439 @@
+//! SQ Logic, response side (the "completer"): ACKs (coalesced and unsolicited), NAKs (PSN
+//! sequence error, RNR, invalid request, remote access, remote operational error), RDMA Read
+//! responses, Atomic ACKs, implied NAKs, end-to-end credit updates, retry counting, the transport
+//! and RNR timers, and in-order completion of send WQEs.
+
+use crate::events::{Outputs, Timer, WcStatus};
+use crate::memory::Memory;
+use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
+use crate::requester::{SqLogic, SqOutcome, TxCtx};
+use crate::wire::{aeth::rnr_timer_ns, Headers, NakCode, Operation, Syndrome, Transport};
+use crate::wqe::SendSlot;
+
+impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
+    /// The oldest WQE (counter) that is not done.
+    pub(crate) fn oldest_pending(&self) -> Option<u64> {
+        let mut c = self.head;
+        while c != self.tail {
+            let s = self.slot(c)?;
+            if !s.done {
+                return Some(c);
+            }
+            c = c.wrapping_add(1);
+        }
+        None
+    }
+
+    fn wqe_holding(&self, p: Psn) -> Option<u64> {
+        let mut c = self.head;
+        while c != self.tail {
+            let s = self.slot(c)?;
+            if !s.started {
+                return None;
+            }
+            if !s.done && s.npsn > 0 && p.distance_from(Psn::new(s.first_psn)) < s.npsn {
+                return Some(c);
+            }
+            c = c.wrapping_add(1);
+        }
+        None
+    }
+
+    /// Marks done every Send/Write WQE whose last PSN is at or before `p`. Stops at the first
+    /// RDMA Read or atomic still unanswered: returns `Some(psn)` of its first missing response
+    /// if `p` reaches into or beyond it (an implied NAK).
+    fn ack_through(&mut self, p: Psn) -> Option<Psn> {
+        let mtu = self.cfg.mtu.max(1);
+        let mut c = self.head;
+        let mut new_una = None;
+        while c != self.tail {
+            let Some(s) = self.slot(c).copied() else {
+                break;
+            };
+            if s.done {
+                c = c.wrapping_add(1);
+                continue;
+            }
+            if !s.started || s.npsn == 0 {
+                break;
+            }
+            let f = Psn::new(s.first_psn);
+            if p.is_before(f) {
+                break;
+            }
+            if s.wr.opcode.is_read_or_atomic() {
+                let missing = f.add(s.read_done / mtu);
+                self.set_una(missing);
+                return Some(missing);
+            }
+            let last = f.add(s.npsn.saturating_sub(1));
+            if last.is_before_or_eq(p) {
+                if let Some(m) = self.slot_mut(c) {
+                    m.done = true;
+                }
+                new_una = Some(last.next());
+                c = c.wrapping_add(1);
+            } else {
+                new_una = Some(p.next());
+                break;
+            }
+        }
+        if let Some(u) = new_una {
+            self.set_una(u);
+        }
+        None
+    }
+
+    fn set_una(&mut self, u: Psn) {
+        if u.is_after(self.una) && !u.is_after(self.high_psn) {
+            self.una = u;
+            self.retry_psn = None;
+            self.reload_retries();
+        }
+        if let Some(w) = self.credit_wait {
+            if self.una.is_after(w) {
+                self.credit_wait = None;
+            }
+        }
+    }
+
+    fn after_progress<O: Outputs>(&mut self, now: u64, qpn: u32, out: &mut O) -> SqOutcome {
+        if self.una == self.high_psn {
+            if self.rto_deadline.take().is_some() {
+                out.cancel_timer(Timer::Retransmit);
+            }
+        } else if self.rnr_until.is_none() {
+            self.arm_rto(now, out);
+        }
+        self.retire(qpn, out)
+    }
+
+    /// One sequence-error style retry (PSN sequence NAK, implied NAK): counts against the retry
+    /// count and rewinds to `p`.
+    fn retry_from(&mut self, p: Psn) -> SqOutcome {
+        self.retry_psn = Some(p);
+        if self.retry_left == 0 {
+            return SqOutcome::RetryExhausted;
+        }
+        self.retry_left -= 1;
+        self.counters.retries = self.counters.retries.wrapping_add(1);
+        self.rewind(p);
+        SqOutcome::Ok
+    }
+
+    /// A NAK-style retry (sequence NAK, implied NAK) for `p`, unless a retransmission from `p`
+    /// is already under way (duplicated NAKs and every ACK beyond a lost read response would
+    /// otherwise each cost a retry); the transport timer covers a lost retransmission.
+    fn nak_retry(&mut self, p: Psn) -> SqOutcome {
+        if self.retry_psn == Some(p) {
+            return SqOutcome::Ok;
+        }
+        self.retry_from(p)
+    }
+
+    /// Handles one inbound response packet (ACK/NAK, RDMA Read response, Atomic ACK) that
+    /// passed the APM and header checks.
+    pub fn on_response<O: Outputs, M: Memory>(
+        &mut self,
+        now: u64,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &TxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> SqOutcome {
+        self.counters.responses_received = self.counters.responses_received.wrapping_add(1);
+        if self.frozen {
+            return SqOutcome::Ok;
+        }
+        let psn = h.bth.psn;
+        let info = h.info();
+        // Seed 003: every positive ACK (also duplicates, ghosts, unsolicited ones) carries the
+        // peer's MSN and credits.
+        if let Some(a) = h.aeth {
+            if let Syndrome::Ack { credit } = a.syndrome {
+                if ctx.transport == Transport::Rc {
+                    self.credit = self.credit.update(a.msn, credit);
+                }
+            }
+        }
+        if classify_ack_psn(psn, self.una, self.high_psn) != AckPsnClass::Valid {
+            self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
+            return SqOutcome::Ok;
+        }
+        let outcome = match info.operation {
+            Operation::Acknowledge => {
+                let Some(a) = h.aeth else {
+                    return SqOutcome::Ok;
+                };
+                self.on_ack(now, psn, a.syndrome, ctx, out)
+            }
+            Operation::RdmaReadResponse => self.on_read_response(h, payload, ctx, mem, out),
+            Operation::AtomicAcknowledge => self.on_atomic_ack(h, ctx, mem, out),
+            _ => return SqOutcome::Ok,
+        };
+        match outcome {
+            SqOutcome::Ok => self.after_progress(now, ctx.qpn, out),
+            o => o,
+        }
+    }
+
+    fn on_ack<O: Outputs>(
+        &mut self,
+        now: u64,
+        psn: Psn,
+        syn: Syndrome,
+        ctx: &TxCtx<'_>,
+        out: &mut O,
+    ) -> SqOutcome {
+        match syn {
+            Syndrome::Ack { .. } => match self.ack_through(psn) {
+                Some(missing) => self.nak_retry(missing),
+                None => SqOutcome::Ok,
+            },
+            Syndrome::RnrNak { timer } => {
+                self.counters.rnr_naks_received = self.counters.rnr_naks_received.wrapping_add(1);
+                if psn != self.una {
+                    if let Some(m) = self.ack_through(psn.prev()) {
+                        return self.nak_retry(m);
+                    }
+                }
+                if self.cfg.rnr_retry < 7 {
+                    if self.rnr_left == 0 {
+                        let c = self.wqe_holding(psn).or_else(|| self.oldest_pending());
+                        return match c {
+                            Some(c) => {
+                                self.complete_error(c, WcStatus::RnrRetryExcErr, ctx.qpn, out)
+                            }
+                            None => SqOutcome::Error,
+                        };
+                    }
+                    self.rnr_left -= 1;
+                }
+                self.rewind(psn);
+                let until = now.saturating_add(rnr_timer_ns(timer));
+                self.rnr_until = Some(until);
+                if self.rto_deadline.take().is_some() {
+                    out.cancel_timer(Timer::Retransmit);
+                }
+                out.set_timer(Timer::Rnr, until);
+                SqOutcome::Ok
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                self.counters.seq_naks_received = self.counters.seq_naks_received.wrapping_add(1);
+                if psn != self.una {
+                    if let Some(m) = self.ack_through(psn.prev()) {
+                        return self.nak_retry(m);
+                    }
+                }
+                self.nak_retry(psn)
+            }
+            Syndrome::Nak(code) => {
+                if psn != self.una {
+                    // Everything before the NAKed packet was executed.
+                    let _ = self.ack_through(psn.prev());
+                }
+                let status = match code {
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    _ => WcStatus::RemInvReqErr,
+                };
+                let c = self.wqe_holding(psn).or_else(|| self.oldest_pending());
+                match c {
+                    Some(c) => self.complete_error(c, status, ctx.qpn, out),
+                    None => SqOutcome::Error,
+                }
+            }
+            Syndrome::Reserved(_) => SqOutcome::Ok,
+        }
+    }
+
+    /// Implicitly acknowledges Send/Write WQEs that end before `psn` and returns the first WQE
+    /// not done afterwards.
+    fn implicit_ack_before(&mut self, psn: Psn) -> Option<u64> {
+        let mut c = self.head;
+        while c != self.tail {
+            let s = self.slot(c).copied()?;
+            if s.done {
+                c = c.wrapping_add(1);
+                continue;
+            }
+            if !s.started {
+                return None;
+            }
+            if s.wr.opcode.is_read_or_atomic() {
+                return Some(c);
+            }
+            let f = Psn::new(s.first_psn);
+            let last = f.add(s.npsn.saturating_sub(1));
+            if last.is_before(psn) {
+                if let Some(m) = self.slot_mut(c) {
+                    m.done = true;
+                }
+                self.set_una(last.next());
+                c = c.wrapping_add(1);
+            } else {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn on_read_response<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &TxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> SqOutcome {
+        let psn = h.bth.psn;
+        let mtu = self.cfg.mtu.max(1);
+        let Some(c) = self.implicit_ack_before(psn) else {
+            return SqOutcome::Ok;
+        };
+        let Some(s) = self.slot(c).copied() else {
+            return SqOutcome::Ok;
+        };
+        let f = Psn::new(s.first_psn);
+        if !s.wr.opcode.is_read_or_atomic() {
+            return SqOutcome::Ok;
+        }
+        let expected = f.add(s.read_done / mtu);
+        if s.wr.opcode != crate::wqe::SendOpcode::RdmaRead {
+            // An atomic is still unanswered before this read response: implied NAK.
+            if psn.is_after(f) {
+                return self.nak_retry(f);
+            }
+            return SqOutcome::Ok;
+        }
+        if psn != expected {
+            if psn.is_after(expected) {
+                return self.nak_retry(expected);
+            }
+            self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
+            return SqOutcome::Ok;
+        }
+        let remaining = s.len.saturating_sub(s.read_done);
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let ends = h.bth.opcode.position().ends_message();
+        let ok = if ends {
+            len == remaining && len <= mtu
+        } else {
+            len == mtu && len < remaining
+        };
+        if !ok {
+            self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
+            return SqOutcome::Ok;
+        }
+        if !payload.is_empty()
+            && mem
+                .scatter(s.wr.sg.as_slice(), s.read_done, payload)
+                .is_err()
+        {
+            return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out);
+        }
+        let done = ends;
+        if let Some(m) = self.slot_mut(c) {
+            m.read_done = m.read_done.saturating_add(len);
+            if done {
+                m.done = true;
+            }
+        }
+        if done {
+            self.rd_atomic_out = self.rd_atomic_out.saturating_sub(1);
+        }
+        self.set_una(psn.next());
+        SqOutcome::Ok
+    }
+
+    fn on_atomic_ack<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        ctx: &TxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> SqOutcome {
+        let psn = h.bth.psn;
+        let Some(orig) = h.atomic_ack_eth else {
+            return SqOutcome::Ok;
+        };
+        let Some(c) = self.implicit_ack_before(psn) else {
+            return SqOutcome::Ok;
+        };
+        let Some(s) = self.slot(c).copied() else {
+            return SqOutcome::Ok;
+        };
+        let f = Psn::new(s.first_psn);
+        if !s.wr.opcode.is_atomic() {
+            if s.wr.opcode.is_read_or_atomic() && psn.is_after(f) {
+                let mtu = self.cfg.mtu.max(1);
+                return self.nak_retry(f.add(s.read_done / mtu));
+            }
+            return SqOutcome::Ok;
+        }
+        if psn != f {
+            return SqOutcome::Ok;
+        }
+        let bytes = orig.orig.to_ne_bytes();
+        if mem.scatter(s.wr.sg.as_slice(), 0, &bytes).is_err() {
+            return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out);
+        }
+        if let Some(m) = self.slot_mut(c) {
+            m.done = true;
+            m.read_done = 8;
+        }
+        self.rd_atomic_out = self.rd_atomic_out.saturating_sub(1);
+        self.set_una(psn.next());
+        SqOutcome::Ok
+    }
+
+    /// The transport timer or the RNR timer fired.
+    pub fn on_timer<O: Outputs>(&mut self, now: u64, which: Timer, out: &mut O) -> SqOutcome {
+        match which {
+            Timer::Rnr => {
+                if let Some(u) = self.rnr_until {
+                    if now < u {
+                        out.set_timer(Timer::Rnr, u);
+                        return SqOutcome::Ok;
+                    }
+                    self.rnr_until = None;
+                }
+                SqOutcome::Ok
+            }
+            Timer::Retransmit => {
+                let Some(d) = self.rto_deadline else {
+                    return SqOutcome::Ok;
+                };
+                if now < d {
+                    out.set_timer(Timer::Retransmit, d);
+                    return SqOutcome::Ok;
+                }
+                self.rto_deadline = None;
+                if self.una == self.high_psn || self.frozen {
+                    return SqOutcome::Ok;
+                }
+                self.counters.timeouts = self.counters.timeouts.wrapping_add(1);
+                let una = self.una;
+                self.retry_from(una)
+            }
+        }
+    }
+
+    /// After APM migrated the QP on retry exhaustion: reload the retry count and retry the
+    /// oldest unacknowledged request on the new path (seed 000 step 5).
+    pub fn retry_after_migration(&mut self) {
+        self.reload_retries();
+        let una = self.una;
+        self.rewind(una);
+    }
+
+    /// Retry exhaustion without APM: the oldest pending WQE completes with
+    /// `IB_WC_RETRY_EXC_ERR`.
+    pub fn fail_retry_exceeded<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
+        match self.oldest_pending() {
+            Some(c) => self.complete_error(c, WcStatus::RetryExcErr, qpn, out),
+            None => SqOutcome::Error,
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The memory the engine reaches only through the caller: local gather/scatter lists checked by
+//! L_Key, remote accesses checked by R_Key, bounds and access rights, invalidation and fast
+//! registration. The core never holds references into memory.
+//!
+//! Implementations must perform the check and the access as one step: a request outside an
+//! MR's bounds or rights returns an error and touches nothing.
+
+use crate::wqe::{RegMrParams, Sge};
+
+/// IB_ACCESS_LOCAL_WRITE.
+pub const ACCESS_LOCAL_WRITE: u32 = 1;
+/// IB_ACCESS_REMOTE_WRITE.
+pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+/// IB_ACCESS_REMOTE_READ.
+pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
+/// IB_ACCESS_REMOTE_ATOMIC.
+pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+
+/// Why a memory operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemError {
+    /// Unknown or invalidated key, or a key of another protection domain.
+    BadKey,
+    /// The access lies (partly) outside the MR.
+    OutOfBounds,
+    /// The MR does not grant the requested access right.
+    NoAccess,
+    /// The operation itself failed (e.g. fast-register of an MR still valid).
+    OpFailed,
+}
+
+/// An atomic operation on 8 bytes of remote memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Compare and swap: if `*va == compare` then `*va = swap`.
+    CmpSwap {
+        /// Value compared with memory.
+        compare: u64,
+        /// Value stored on equality.
+        swap: u64,
+    },
+    /// Fetch and add: `*va += add` (wrapping).
+    FetchAdd {
+        /// Value added.
+        add: u64,
+    },
+}
+
+/// Memory operations the engine needs; the kernel shell implements them over its MR table,
+/// the simulation over byte arrays.
+pub trait Memory {
+    /// Checks that every element of `sges` lies inside a valid MR of this QP's PD named by its
+    /// L_Key and grants `access` (0 for gather, [`ACCESS_LOCAL_WRITE`] for scatter).
+    fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError>;
+    /// Copies `data` into the scatter list `sges`, starting `offset` bytes into the list.
+    /// The caller guarantees `offset + data.len()` is within the list's total length.
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError>;
+    /// Checks that `[va, va+len)` lies inside the MR named by `rkey` and that it grants
+    /// `access` (one of the `ACCESS_REMOTE_*` bits).
+    fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError>;
+    /// Writes `data` at `va` of the MR named by `rkey` (needs [`ACCESS_REMOTE_WRITE`]).
+    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Executes an atomic at `va` (8 bytes, needs [`ACCESS_REMOTE_ATOMIC`]); returns the value
+    /// memory held before.
+    fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// Invalidates the MR named by `rkey` (Send with Invalidate at the responder).
+    fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError>;
+    /// Invalidates the MR named by `key` (LOCAL_INV work request).
+    fn local_invalidate(&mut self, key: u32) -> Result<(), MemError>;
+    /// Fast-registers an MR (REG_MR work request).
+    fn fast_register(&mut self, params: &RegMrParams) -> Result<(), MemError>;
+}

@@ -1,0 +1,637 @@
+//! One queue pair: the state machine ([`crate::qp_state`]), APM ([`crate::apm`]), the SQ Logic
+//! ([`crate::requester`] + [`crate::completer`]) and the RQ Logic ([`crate::responder`]) tied
+//! together behind the verbs-shaped entry points `modify`, `query`, `post_send`, `post_recv`,
+//! `receive`, `timer_expired` and `progress`.
+//!
+//! Sans-IO: nothing here blocks, allocates or reads a clock. Everything the QP wants done goes
+//! through [`Outputs`]; memory is reached only through [`Memory`].
+//!
+//! Only the RC transport is implemented; UC and UD QPs are refused at creation
+//! ([`Qp::new`] returns `None`).
+
+use crate::apm::{
+    Apm, ApmError, ApmModify, MigState, Migration, PathInfo, PathMatch, RetryExhausted, RxVerdict,
+};
+use crate::events::{AsyncEvent, CqKind, Outputs, Timer};
+use crate::memory::Memory;
+use crate::qp_state::{
+    AttrMask, ModifyError, ModifyParams, PostVerdict, QpState, QpStateMachine, QpType, Transition,
+};
+use crate::requester::{PostError, SqCounters, SqLogic, SqOutcome, TxCtx};
+use crate::responder::{RqCounters, RqLogic, RqOutcome, RxCtx};
+use crate::wire::{Headers, Transport};
+use crate::wqe::{RecvSlot, RecvWr, SendSlot, SendWr};
+
+/// Creation parameters of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCreate {
+    /// QP type (only RC is implemented).
+    pub qp_type: QpType,
+    /// Our QP number (24 bits).
+    pub qpn: u32,
+    /// Receive WQEs come from an SRQ (ACKs then carry credit code 0x1F and entering Error
+    /// raises `QP_LAST_WQE_REACHED`). The SRQ itself is the shell's.
+    pub srq: bool,
+}
+
+/// Modify/Query QP attributes (the fields of `struct ib_qp_attr` the core uses). Each field is
+/// read by `modify` only when its [`AttrMask`] bit is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAttrs {
+    /// `qp_state` (IB_QP_STATE).
+    pub qp_state: QpState,
+    /// `cur_qp_state` (IB_QP_CUR_STATE).
+    pub cur_qp_state: QpState,
+    /// `en_sqd_async_notify` (IB_QP_EN_SQD_ASYNC_NOTIFY).
+    pub en_sqd_async_notify: bool,
+    /// `qp_access_flags` (IB_QP_ACCESS_FLAGS).
+    pub qp_access_flags: u32,
+    /// The P_Key value for `pkey_index`, resolved by the shell (IB_QP_PKEY_INDEX).
+    pub pkey: u16,
+    /// `qkey` (IB_QP_QKEY; UD only).
+    pub qkey: u32,
+    /// Primary path (IB_QP_AV).
+    pub path: PathInfo,
+    /// `path_mtu` as `enum ib_mtu` (1 = 256 .. 5 = 4096) (IB_QP_PATH_MTU).
+    pub path_mtu: u8,
+    /// Local ACK timeout exponent (IB_QP_TIMEOUT).
+    pub timeout: u8,
+    /// Retry count 0..=7 (IB_QP_RETRY_CNT).
+    pub retry_cnt: u8,
+    /// RNR retry count 0..=7, 7 = infinite (IB_QP_RNR_RETRY).
+    pub rnr_retry: u8,
+    /// Responder's starting ePSN (IB_QP_RQ_PSN).
+    pub rq_psn: u32,
+    /// Requester's starting PSN (IB_QP_SQ_PSN).
+    pub sq_psn: u32,
+    /// Outstanding RDMA Reads/atomics as initiator (IB_QP_MAX_QP_RD_ATOMIC).
+    pub max_rd_atomic: u8,
+    /// Responder resources (IB_QP_MAX_DEST_RD_ATOMIC), 1..=16.
+    pub max_dest_rd_atomic: u8,
+    /// Alternate path (IB_QP_ALT_PATH).
+    pub alt_path: PathInfo,
+    /// Minimum RNR NAK timer code (IB_QP_MIN_RNR_TIMER).
+    pub min_rnr_timer: u8,
+    /// APM state (IB_QP_PATH_MIG_STATE).
+    pub path_mig_state: MigState,
+    /// Destination QP number (IB_QP_DEST_QPN).
+    pub dest_qp_num: u32,
+}
+
+impl Default for QpAttrs {
+    fn default() -> QpAttrs {
+        QpAttrs {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            en_sqd_async_notify: false,
+            qp_access_flags: 0,
+            pkey: 0xFFFF,
+            qkey: 0,
+            path: PathInfo::EMPTY,
+            path_mtu: 3,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            rq_psn: 0,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            alt_path: PathInfo::EMPTY,
+            min_rnr_timer: 1,
+            path_mig_state: MigState::Migrated,
+            dest_qp_num: 0,
+        }
+    }
+}
+
+/// Why Modify QP failed (the shell returns `-EINVAL`). Nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpModifyError {
+    /// The state machine refused the transition or the attribute set.
+    State(ModifyError),
+    /// APM refused the path migration attributes.
+    Apm(ApmError),
+    /// An attribute value is out of range (MTU, retry counts, timeouts, responder resources).
+    BadValue(AttrMask),
+}
+
+/// Both halves' counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// SQ Logic counters.
+    pub sq: SqCounters,
+    /// RQ Logic counters.
+    pub rq: RqCounters,
+    /// Inbound packets dropped before the transport (state, header or path checks).
+    pub dropped: u64,
+    /// Path migrations.
+    pub migrations: u64,
+}
+
+/// Default number of packets `progress` sends per call when the caller has no budget in mind.
+pub const DEFAULT_BUDGET: usize = 64;
+
+/// One RC queue pair over caller-provided SQ and RQ storage.
+#[derive(Debug)]
+pub struct Qp<S, R> {
+    create: QpCreate,
+    sm: QpStateMachine,
+    apm: Apm,
+    sq: SqLogic<S>,
+    rq: RqLogic<R>,
+    attrs: QpAttrs,
+    dropped: u64,
+    migrations: u64,
+}
+
+fn mtu_bytes(v: u8) -> Option<u32> {
+    match v {
+        1..=5 => Some(128u32 << v),
+        _ => None,
+    }
+}
+
+impl<S, R> Qp<S, R>
+where
+    S: core::ops::DerefMut<Target = [SendSlot]>,
+    R: core::ops::DerefMut<Target = [RecvSlot]>,
+{
+    /// Creates a QP in Reset. `sq` and `rq` are the queue storage (their lengths are the queue
+    /// depths). `None` for QP types other than RC.
+    pub fn new(create: QpCreate, sq: S, rq: R) -> Option<Qp<S, R>> {
+        if create.qp_type != QpType::Rc {
+            return None;
+        }
+        let mut rql = RqLogic::new(rq);
+        rql.config_mut().srq = create.srq;
+        Some(Qp {
+            create,
+            sm: QpStateMachine::new(create.qp_type),
+            apm: Apm::new(),
+            sq: SqLogic::new(sq),
+            rq: rql,
+            attrs: QpAttrs::default(),
+            dropped: 0,
+            migrations: 0,
+        })
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.sm.state()
+    }
+
+    /// The APM state.
+    pub fn mig_state(&self) -> MigState {
+        self.apm.state()
+    }
+
+    /// The current primary path.
+    pub fn primary_path(&self) -> &PathInfo {
+        self.apm.primary()
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> QpCounters {
+        QpCounters {
+            sq: *self.sq.counters(),
+            rq: *self.rq.counters(),
+            dropped: self.dropped,
+            migrations: self.migrations,
+        }
+    }
+
+    /// The SQ Logic (read-only view, for tests and the shell's debugfs).
+    pub fn sq_logic(&self) -> &SqLogic<S> {
+        &self.sq
+    }
+
+    /// The RQ Logic (read-only view).
+    pub fn rq_logic(&self) -> &RqLogic<R> {
+        &self.rq
+    }
+
+    /// Query QP: the attributes as they are now.
+    pub fn query(&self) -> QpAttrs {
+        let mut a = self.attrs;
+        a.qp_state = self.sm.state();
+        a.cur_qp_state = self.sm.state();
+        a.path = *self.apm.primary();
+        a.alt_path = self.apm.alternate().copied().unwrap_or(PathInfo::EMPTY);
+        a.path_mig_state = self.apm.state();
+        a.sq_psn = self.sq.sq_psn();
+        a.rq_psn = self.rq.epsn();
+        a.en_sqd_async_notify = self.sm.en_sqd_async_notify();
+        a
+    }
+
+    fn tx_ctx(&self) -> (PathInfo, bool, u32, u16, u32) {
+        (
+            *self.apm.primary(),
+            self.apm.mig_req_bit(),
+            self.attrs.dest_qp_num,
+            self.attrs.pkey,
+            self.create.qpn,
+        )
+    }
+
+    /// The Modify QP verb.
+    pub fn modify<O: Outputs>(
+        &mut self,
+        now: u64,
+        attrs: &QpAttrs,
+        mask: AttrMask,
+        out: &mut O,
+    ) -> Result<(), QpModifyError> {
+        let next = if mask.contains(AttrMask::STATE) {
+            attrs.qp_state
+        } else {
+            self.sm.state()
+        };
+        let params = ModifyParams {
+            cur_qp_state: attrs.cur_qp_state,
+            en_sqd_async_notify: attrs.en_sqd_async_notify,
+        };
+        let t = self
+            .sm
+            .plan(next, mask, &params)
+            .map_err(QpModifyError::State)?;
+        let alt = mask.contains(AttrMask::ALT_PATH).then_some(&attrs.alt_path);
+        let mig = mask
+            .contains(AttrMask::PATH_MIG_STATE)
+            .then_some(attrs.path_mig_state);
+        self.apm
+            .check_modify(next, alt, mig)
+            .map_err(QpModifyError::Apm)?;
+        let bad = |b: bool, m: AttrMask| {
+            if b {
+                Err(QpModifyError::BadValue(m))
+            } else {
+                Ok(())
+            }
+        };
+        if mask.contains(AttrMask::PATH_MTU) {
+            bad(mtu_bytes(attrs.path_mtu).is_none(), AttrMask::PATH_MTU)?;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            bad(attrs.retry_cnt > 7, AttrMask::RETRY_CNT)?;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            bad(attrs.rnr_retry > 7, AttrMask::RNR_RETRY)?;
+        }
+        if mask.contains(AttrMask::TIMEOUT) {
+            bad(attrs.timeout > 31, AttrMask::TIMEOUT)?;
+        }
+        if mask.contains(AttrMask::MIN_RNR_TIMER) {
+            bad(attrs.min_rnr_timer > 31, AttrMask::MIN_RNR_TIMER)?;
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+            bad(
+                attrs.max_dest_rd_atomic > crate::responder::MAX_RESOURCES as u8,
+                AttrMask::MAX_DEST_RD_ATOMIC,
+            )?;
+        }
+        // Everything is valid: commit.
+        self.sm.commit(&t, mask, &params);
+        if t.reset_queues {
+            self.sq.reset();
+            self.rq.reset();
+            self.apm.reset();
+            let srq = self.create.srq;
+            self.rq.config_mut().srq = srq;
+        }
+        self.apply_attrs(attrs, mask);
+        match self.apm.modify(next, alt, mig) {
+            Ok(ApmModify::Migrated(m)) => self.on_migration(&m, out),
+            Ok(_) => {}
+            Err(e) => return Err(QpModifyError::Apm(e)),
+        }
+        self.apply_transition(now, &t, out);
+        Ok(())
+    }
+
+    fn apply_attrs(&mut self, a: &QpAttrs, mask: AttrMask) {
+        if mask.contains(AttrMask::ACCESS_FLAGS) {
+            self.attrs.qp_access_flags = a.qp_access_flags;
+            self.rq.config_mut().access_flags = a.qp_access_flags;
+        }
+        if mask.contains(AttrMask::PKEY_INDEX) {
+            self.attrs.pkey = a.pkey;
+        }
+        if mask.contains(AttrMask::QKEY) {
+            self.attrs.qkey = a.qkey;
+        }
+        if mask.contains(AttrMask::AV) {
+            self.apm.set_primary(a.path);
+        }
+        if mask.contains(AttrMask::PATH_MTU) {
+            if let Some(m) = mtu_bytes(a.path_mtu) {
+                self.attrs.path_mtu = a.path_mtu;
+                self.sq.config_mut().mtu = m;
+                self.rq.config_mut().mtu = m;
+            }
+        }
+        if mask.contains(AttrMask::TIMEOUT) {
+            self.attrs.timeout = a.timeout;
+            self.sq.config_mut().timeout = a.timeout;
+            self.apm.primary_mut().timeout = a.timeout;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            self.attrs.retry_cnt = a.retry_cnt;
+            self.sq.config_mut().retry_cnt = a.retry_cnt;
+            self.sq.reload_retries();
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.attrs.rnr_retry = a.rnr_retry;
+            self.sq.config_mut().rnr_retry = a.rnr_retry;
+            self.sq.reload_retries();
+        }
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.rq.set_epsn(a.rq_psn);
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.sq.set_sq_psn(a.sq_psn);
+        }
+        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+            self.attrs.max_rd_atomic = a.max_rd_atomic;
+            self.sq.config_mut().max_rd_atomic = a.max_rd_atomic;
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+            self.attrs.max_dest_rd_atomic = a.max_dest_rd_atomic;
+            self.rq.config_mut().max_dest_rd_atomic = a.max_dest_rd_atomic;
+        }
+        if mask.contains(AttrMask::MIN_RNR_TIMER) {
+            self.attrs.min_rnr_timer = a.min_rnr_timer;
+            self.rq.config_mut().min_rnr_timer = a.min_rnr_timer;
+        }
+        if mask.contains(AttrMask::DEST_QPN) {
+            self.attrs.dest_qp_num = a.dest_qp_num & crate::psn::PSN_MASK;
+        }
+    }
+
+    fn apply_transition<O: Outputs>(&mut self, now: u64, t: &Transition, out: &mut O) {
+        if t.stop_timers {
+            self.sq.stop_timers(out);
+        }
+        let qpn = self.create.qpn;
+        if t.flush_sq && self.sq.flush(qpn, out) == SqOutcome::CqOverflow {
+            self.cq_overflow(CqKind::Send, out);
+        }
+        if t.flush_rq && !self.create.srq && self.rq.flush(qpn, out) == RqOutcome::CqOverflow {
+            self.cq_overflow(CqKind::Recv, out);
+        }
+        if t.last_wqe_reached && self.create.srq {
+            out.async_event(AsyncEvent::QpLastWqeReached, None);
+        }
+        if t.changes_state() && t.to == QpState::Rtr {
+            let (path, mig, dest, pkey, qpn) = self.tx_ctx();
+            let ctx = RxCtx {
+                path: &path,
+                mig_req: mig,
+                dest_qp: dest,
+                pkey,
+                qpn,
+            };
+            self.rq.initial_ack(&ctx, out);
+        }
+        if t.start_drain {
+            self.check_drained(out);
+        }
+        let _ = now;
+    }
+
+    fn on_migration<O: Outputs>(&mut self, m: &Migration, out: &mut O) {
+        self.migrations = self.migrations.wrapping_add(1);
+        self.sq.config_mut().timeout = self.apm.primary().timeout;
+        out.async_event(AsyncEvent::PathMig, None);
+        // Seed 000 step 5 reloads the retry count for local triggers. We do it for a peer's
+        // migration request too, and retransmit what is outstanding over the new path at once:
+        // those requests went out over the old (probably dead) path.
+        let _ = m.reload_retry_count;
+        self.sq.retry_after_migration();
+    }
+
+    /// The QP moves itself to Error: timers stop, both queues flush (in order).
+    fn enter_error<O: Outputs>(&mut self, now: u64, out: &mut O) {
+        let t = self.sm.enter_error();
+        self.apply_transition(now, &t, out);
+    }
+
+    /// Table 17-7 class G: the QP goes to Error, no WQE is retired and no CQE written; the CQ
+    /// error and the affiliated QP fatal event are raised.
+    fn cq_overflow<O: Outputs>(&mut self, cq: CqKind, out: &mut O) {
+        if self.sq.frozen && self.rq.frozen {
+            return; // already reported
+        }
+        self.sq.frozen = true;
+        self.rq.frozen = true;
+        self.sq.stop_timers(out);
+        let _ = self.sm.enter_error();
+        out.async_event(AsyncEvent::CqErr, Some(cq));
+        out.async_event(AsyncEvent::QpFatal, None);
+    }
+
+    fn handle_sq<O: Outputs>(&mut self, now: u64, o: SqOutcome, out: &mut O) {
+        match o {
+            SqOutcome::Ok => {}
+            SqOutcome::Error => self.enter_error(now, out),
+            SqOutcome::CqOverflow => self.cq_overflow(CqKind::Send, out),
+            SqOutcome::RetryExhausted => match self.apm.on_retry_exhausted() {
+                RetryExhausted::Migrated(m) => self.on_migration(&m, out),
+                RetryExhausted::NotArmed => {
+                    let qpn = self.create.qpn;
+                    let o = self.sq.fail_retry_exceeded(qpn, out);
+                    match o {
+                        SqOutcome::CqOverflow => self.cq_overflow(CqKind::Send, out),
+                        _ => self.enter_error(now, out),
+                    }
+                }
+            },
+        }
+    }
+
+    fn handle_rq<O: Outputs>(&mut self, now: u64, o: RqOutcome, out: &mut O) {
+        match o {
+            RqOutcome::Ok => {}
+            RqOutcome::Error => self.enter_error(now, out),
+            RqOutcome::CqOverflow => self.cq_overflow(CqKind::Recv, out),
+        }
+    }
+
+    fn check_drained<O: Outputs>(&mut self, out: &mut O) {
+        if self.sm.is_draining() && self.sq.idle_in_flight() {
+            if let Some(_ev) = self.sm.sq_drained() {
+                out.async_event(AsyncEvent::SqDrained, None);
+            }
+        }
+    }
+
+    /// Posts a send WR. Refused at once in Reset, Init and RTR (seed 004); in Error it is
+    /// accepted and completed with a flush error. Call [`Qp::progress`] afterwards to transmit.
+    pub fn post_send<O: Outputs>(&mut self, wr: &SendWr, out: &mut O) -> Result<(), PostError> {
+        match self.sm.post_send() {
+            PostVerdict::Refused => Err(PostError::InvalidState),
+            PostVerdict::Flush => {
+                self.sq.post(wr)?;
+                let qpn = self.create.qpn;
+                if self.sq.flush(qpn, out) == SqOutcome::CqOverflow {
+                    self.cq_overflow(CqKind::Send, out);
+                }
+                Ok(())
+            }
+            PostVerdict::Process | PostVerdict::Hold => self.sq.post(wr),
+        }
+    }
+
+    /// Posts a receive WR. Each one is a credit (seed 003); if the peer may be stalled for
+    /// credits an unsolicited ACK goes out.
+    pub fn post_recv<O: Outputs>(&mut self, wr: &RecvWr, out: &mut O) -> Result<(), PostError> {
+        match self.sm.post_recv() {
+            PostVerdict::Refused => Err(PostError::InvalidState),
+            PostVerdict::Flush => {
+                self.rq.post(wr)?;
+                let qpn = self.create.qpn;
+                if self.rq.flush(qpn, out) == RqOutcome::CqOverflow {
+                    self.cq_overflow(CqKind::Recv, out);
+                }
+                Ok(())
+            }
+            PostVerdict::Hold => self.rq.post(wr),
+            PostVerdict::Process => {
+                self.rq.post(wr)?;
+                if matches!(self.sm.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                    let (path, mig, dest, pkey, qpn) = self.tx_ctx();
+                    let ctx = RxCtx {
+                        path: &path,
+                        mig_req: mig,
+                        dest_qp: dest,
+                        pkey,
+                        qpn,
+                    };
+                    self.rq.maybe_unsolicited_ack(&ctx, out);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// One inbound packet (headers decoded by the shell; `payload` without pad and ICRC),
+    /// with the addressing it arrived with. Never panics, whatever the packet says.
+    pub fn receive<O: Outputs, M: Memory>(
+        &mut self,
+        now: u64,
+        h: &Headers,
+        payload: &[u8],
+        arrived_on: &PathMatch,
+        mem: &mut M,
+        out: &mut O,
+    ) {
+        let state = self.sm.state();
+        let info = h.info();
+        let ok_hdr = h.is_consistent()
+            && h.bth.tver == 0
+            && h.bth.dest_qp == self.create.qpn
+            && info.transport == Transport::Rc
+            && (info.has_payload || payload.is_empty());
+        // Seed 004: Reset and Init (and Error) drop every inbound packet.
+        let ok_state = if info.is_request {
+            self.sm.rq_processes_inbound()
+        } else {
+            matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        };
+        if !ok_hdr || !ok_state {
+            self.dropped = self.dropped.wrapping_add(1);
+            return;
+        }
+        match self.apm.on_packet(h.bth.mig_req, arrived_on) {
+            RxVerdict::Accept | RxVerdict::AcceptArmed => {}
+            RxVerdict::AcceptMigrated(m) => self.on_migration(&m, out),
+            RxVerdict::DropPathMigErr => {
+                self.dropped = self.dropped.wrapping_add(1);
+                out.async_event(AsyncEvent::PathMigErr, None);
+                return;
+            }
+            RxVerdict::Drop => {
+                self.dropped = self.dropped.wrapping_add(1);
+                return;
+            }
+        }
+        if self.sm.on_inbound_packet().is_some() {
+            out.async_event(AsyncEvent::CommEst, None);
+        }
+        let (path, mig, dest, pkey, qpn) = self.tx_ctx();
+        if info.is_request {
+            let ctx = RxCtx {
+                path: &path,
+                mig_req: mig,
+                dest_qp: dest,
+                pkey,
+                qpn,
+            };
+            let o = self.rq.on_request(h, payload, &ctx, mem, out);
+            self.handle_rq(now, o, out);
+        } else {
+            let ctx = TxCtx {
+                path: &path,
+                mig_req: mig,
+                dest_qp: dest,
+                pkey,
+                qpn,
+                transport: Transport::Rc,
+            };
+            let o = self.sq.on_response(now, h, payload, &ctx, mem, out);
+            self.handle_sq(now, o, out);
+            self.check_drained(out);
+        }
+    }
+
+    /// A timer set through [`Outputs::set_timer`] fired (stale calls are harmless).
+    pub fn timer_expired<O: Outputs>(&mut self, now: u64, which: Timer, out: &mut O) {
+        if !self.sm.sq_continues_in_flight() {
+            return;
+        }
+        let o = self.sq.on_timer(now, which, out);
+        self.handle_sq(now, o, out);
+    }
+
+    /// Transmits what may go now, at most `budget` packets: responder responses first, then
+    /// requests. Returns the number of packets sent.
+    pub fn progress<O: Outputs, M: Memory>(
+        &mut self,
+        now: u64,
+        budget: usize,
+        mem: &mut M,
+        out: &mut O,
+    ) -> usize {
+        let (path, mig, dest, pkey, qpn) = self.tx_ctx();
+        let mut sent = 0;
+        if self.sm.rq_processes_inbound() {
+            let ctx = RxCtx {
+                path: &path,
+                mig_req: mig,
+                dest_qp: dest,
+                pkey,
+                qpn,
+            };
+            sent += self.rq.transmit(budget, &ctx, out);
+        }
+        if self.sm.sq_continues_in_flight() && sent < budget {
+            let ctx = TxCtx {
+                path: &path,
+                mig_req: mig,
+                dest_qp: dest,
+                pkey,
+                qpn,
+                transport: Transport::Rc,
+            };
+            let start_new = self.sm.sq_starts_new_requests();
+            let (n, o) = self
+                .sq
+                .transmit(now, budget - sent, start_new, &ctx, mem, out);
+            sent += n;
+            self.handle_sq(now, o, out);
+            self.check_drained(out);
+        }
+        sent
+    }
+}

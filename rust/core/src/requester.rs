@@ -1,0 +1,852 @@
+//! SQ Logic, transmit side (the "requester"): posting send WQEs, SSN assignment, segmentation by
+//! path MTU, PSN assignment, end-to-end credit checks (seed 003), fences, the limit on
+//! outstanding RDMA Reads/atomics, AckReq, go-back-N rewinds and the transport timer.
+//!
+//! The response side of the same SQ Logic (ACK/NAK/read and atomic responses, retries,
+//! completions) is in [`crate::completer`]; both work on [`SqLogic`].
+
+use crate::apm::PathInfo;
+use crate::credit::CreditLimit;
+use crate::events::{Completion, CqKind, Outputs, PayloadSource, Timer, WcOpcode, WcStatus};
+use crate::memory::{Memory, ACCESS_LOCAL_WRITE};
+use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
+use crate::wire::{AtomicEth, Bth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
+use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr};
+
+/// The requester sets BTH:AckReq at least every this many packets of a long message (besides
+/// the last packet of every message).
+pub const ACK_REQ_EVERY: u32 = 16;
+
+/// Why a post was refused (the kernel shell returns `-EINVAL` / `-ENOMEM`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// The QP's state does not accept posts to this queue (e.g. SQ in Init, seed 004).
+    InvalidState,
+    /// The queue is full.
+    QueueFull,
+    /// The work request is malformed (length overflow, unsupported opcode for the QP type).
+    InvalidWr,
+}
+
+/// Per-connection values the SQ Logic uses when transmitting.
+#[derive(Clone, Copy, Debug)]
+pub struct TxCtx<'a> {
+    /// Path to send on.
+    pub path: &'a PathInfo,
+    /// BTH:MigReq for every packet.
+    pub mig_req: bool,
+    /// Destination QP number.
+    pub dest_qp: u32,
+    /// BTH:P_Key.
+    pub pkey: u16,
+    /// Our QP number (for completions).
+    pub qpn: u32,
+    /// Transport of this QP (RC or UC).
+    pub transport: Transport,
+}
+
+/// Static parameters of the SQ Logic (from Modify QP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqConfig {
+    /// Path MTU in bytes (256..=4096).
+    pub mtu: u32,
+    /// Retry count (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retry count (0..=7, 7 = infinite).
+    pub rnr_retry: u8,
+    /// Local ACK timeout exponent (0 = infinite).
+    pub timeout: u8,
+    /// Max outstanding RDMA Reads/atomics as initiator (0 treated as 1).
+    pub max_rd_atomic: u8,
+}
+
+impl Default for SqConfig {
+    fn default() -> SqConfig {
+        SqConfig {
+            mtu: 1024,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            timeout: 14,
+            max_rd_atomic: 1,
+        }
+    }
+}
+
+/// The local ACK timeout in nanoseconds: 4.096 us * 2^timeout (`None` for 0 = infinite).
+pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
+    if timeout == 0 {
+        return None;
+    }
+    let shift = u32::from(timeout.min(31));
+    Some(4096u64 << shift)
+}
+
+/// Counters kept by the SQ Logic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SqCounters {
+    /// Request packets sent (including retransmissions).
+    pub packets_sent: u64,
+    /// Request packets retransmitted.
+    pub retransmitted: u64,
+    /// Retries (timeouts, sequence NAKs, implied NAKs).
+    pub retries: u64,
+    /// Transport timer expiries.
+    pub timeouts: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Sequence error NAKs received.
+    pub seq_naks_received: u64,
+    /// Times a new Send/WriteImm found no credit.
+    pub credit_stalls: u64,
+    /// Response packets received.
+    pub responses_received: u64,
+    /// Duplicate or ghost responses dropped.
+    pub duplicate_responses: u64,
+}
+
+/// The SQ Logic of one QP: the send queue and the requester/completer state.
+#[derive(Debug)]
+pub struct SqLogic<S> {
+    pub(crate) sq: S,
+    /// Oldest WQE not yet retired (monotonic counter; slot = counter % len).
+    pub(crate) head: u64,
+    /// WQE the next packet to transmit belongs to.
+    pub(crate) send: u64,
+    /// Next free slot.
+    pub(crate) tail: u64,
+    /// PSN offset of the next packet within the `send` WQE.
+    pub(crate) send_pkt: u32,
+    /// PSN of the next packet to transmit.
+    pub(crate) next_psn: Psn,
+    /// One after the highest PSN ever transmitted.
+    pub(crate) high_psn: Psn,
+    /// Oldest unacknowledged PSN.
+    pub(crate) una: Psn,
+    /// SSN of the last posted WQE.
+    pub(crate) last_ssn: u32,
+    /// End-to-end credit limit (LSN) from the peer's ACKs.
+    pub(crate) credit: CreditLimit,
+    /// A message was started without credit: no new packet until this PSN is acknowledged.
+    pub(crate) credit_wait: Option<Psn>,
+    /// The WQE (counter) that started without credit and has not reached its wait point.
+    pub(crate) uncredited: Option<u64>,
+    pub(crate) retry_left: u8,
+    /// PSN of the last NAK-triggered rewind, until the oldest unacknowledged PSN moves.
+    pub(crate) retry_psn: Option<Psn>,
+    pub(crate) rnr_left: u8,
+    /// Transmission paused until this time after an RNR NAK.
+    pub(crate) rnr_until: Option<u64>,
+    /// Deadline of the transport timer when armed.
+    pub(crate) rto_deadline: Option<u64>,
+    /// Started and not yet completed RDMA Reads/atomics.
+    pub(crate) rd_atomic_out: u32,
+    /// Configuration.
+    pub(crate) cfg: SqConfig,
+    /// Counters.
+    pub(crate) counters: SqCounters,
+    /// Set when a CQ overflow stopped retirement (class G): nothing more is retired.
+    pub(crate) frozen: bool,
+}
+
+/// What the Qp must do after an SQ Logic step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqOutcome {
+    /// Nothing special.
+    Ok,
+    /// A WQE completed in error (its CQE is written): move the QP to Error and flush.
+    Error,
+    /// The send CQ overflowed (Table 17-7 class G).
+    CqOverflow,
+    /// The retry count ran out (ask APM; if not armed, call `fail_retry_exceeded`).
+    RetryExhausted,
+}
+
+pub(crate) fn wc_opcode(op: SendOpcode) -> WcOpcode {
+    match op {
+        SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv => WcOpcode::Send,
+        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        SendOpcode::RdmaRead => WcOpcode::RdmaRead,
+        SendOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+        SendOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        SendOpcode::LocalInv => WcOpcode::LocalInv,
+        SendOpcode::RegMr => WcOpcode::RegMr,
+    }
+}
+
+/// Number of PSNs a message of `len` bytes uses at `mtu` (at least one).
+pub(crate) fn npackets(len: u32, mtu: u32) -> u32 {
+    let mtu = mtu.max(1);
+    if len == 0 {
+        1
+    } else {
+        len.div_ceil(mtu)
+    }
+}
+
+fn position(k: u32, n: u32) -> Position {
+    if n <= 1 {
+        Position::Only
+    } else if k == 0 {
+        Position::First
+    } else if k.saturating_add(1) >= n {
+        Position::Last
+    } else {
+        Position::Middle
+    }
+}
+
+impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
+    /// A new SQ Logic over caller-provided storage (its length is the SQ depth).
+    pub fn new(sq: S) -> SqLogic<S> {
+        SqLogic {
+            sq,
+            head: 0,
+            send: 0,
+            tail: 0,
+            send_pkt: 0,
+            next_psn: Psn::ZERO,
+            high_psn: Psn::ZERO,
+            una: Psn::ZERO,
+            last_ssn: 0,
+            credit: CreditLimit::INITIAL,
+            credit_wait: None,
+            uncredited: None,
+            retry_left: 7,
+            retry_psn: None,
+            rnr_left: 7,
+            rnr_until: None,
+            rto_deadline: None,
+            rd_atomic_out: 0,
+            cfg: SqConfig::default(),
+            counters: SqCounters::default(),
+            frozen: false,
+        }
+    }
+
+    /// Back to the state after creation (Modify QP to Reset): WQEs are discarded.
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.send = 0;
+        self.tail = 0;
+        self.send_pkt = 0;
+        self.next_psn = Psn::ZERO;
+        self.high_psn = Psn::ZERO;
+        self.una = Psn::ZERO;
+        self.last_ssn = 0;
+        self.credit = CreditLimit::INITIAL;
+        self.credit_wait = None;
+        self.uncredited = None;
+        self.rnr_until = None;
+        self.rto_deadline = None;
+        self.rd_atomic_out = 0;
+        self.retry_psn = None;
+        self.frozen = false;
+        self.reload_retries();
+    }
+
+    /// Sets the first PSN (Modify QP `sq_psn`).
+    pub fn set_sq_psn(&mut self, psn: u32) {
+        let p = Psn::new(psn);
+        self.next_psn = p;
+        self.high_psn = p;
+        self.una = p;
+    }
+
+    /// The next PSN the requester will use (query_qp's `sq_psn`).
+    pub fn sq_psn(&self) -> u32 {
+        self.next_psn.value()
+    }
+
+    /// The configuration (read).
+    pub fn config(&self) -> &SqConfig {
+        &self.cfg
+    }
+
+    /// The configuration (write; takes effect for the next packet and the next retry).
+    pub fn config_mut(&mut self) -> &mut SqConfig {
+        &mut self.cfg
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &SqCounters {
+        &self.counters
+    }
+
+    /// The oldest unacknowledged PSN.
+    pub fn una(&self) -> u32 {
+        self.una.value()
+    }
+
+    /// Retries left before the retry count is exhausted.
+    pub fn retry_left(&self) -> u8 {
+        self.retry_left
+    }
+
+    /// The current end-to-end credit limit.
+    pub fn credit_limit(&self) -> CreditLimit {
+        self.credit
+    }
+
+    /// Reloads the retry and RNR retry counters with their configured values.
+    pub fn reload_retries(&mut self) {
+        self.retry_left = self.cfg.retry_cnt.min(7);
+        self.rnr_left = self.cfg.rnr_retry.min(7);
+    }
+
+    /// Number of WQEs posted and not yet retired.
+    pub fn outstanding(&self) -> u64 {
+        self.tail.wrapping_sub(self.head)
+    }
+
+    /// True when no message is in flight: nothing started is unacknowledged.
+    pub fn idle_in_flight(&self) -> bool {
+        self.una == self.high_psn && self.rd_atomic_out == 0 && self.no_started_pending()
+    }
+
+    fn no_started_pending(&self) -> bool {
+        let mut c = self.head;
+        while c != self.send {
+            if let Some(s) = self.slot(c) {
+                if s.started && !s.done {
+                    return false;
+                }
+            }
+            c = c.wrapping_add(1);
+        }
+        // The WQE at `send` may be partially transmitted.
+        !(self.send != self.tail && self.send_pkt > 0)
+    }
+
+    pub(crate) fn idx(&self, c: u64) -> Option<usize> {
+        let len = self.sq.len() as u64;
+        if len == 0 {
+            return None;
+        }
+        Some((c % len) as usize)
+    }
+
+    pub(crate) fn slot(&self, c: u64) -> Option<&SendSlot> {
+        let i = self.idx(c)?;
+        self.sq.get(i)
+    }
+
+    pub(crate) fn slot_mut(&mut self, c: u64) -> Option<&mut SendSlot> {
+        let i = self.idx(c)?;
+        self.sq.get_mut(i)
+    }
+
+    /// Queues a send WR (the Qp already checked the state). `flush` queues it already failed
+    /// with a flush error (QP in Error / SQE).
+    pub fn post(&mut self, wr: &SendWr) -> Result<(), PostError> {
+        let cap = self.sq.len() as u64;
+        if self.outstanding() >= cap {
+            return Err(PostError::QueueFull);
+        }
+        let len = wr.sg.total_len().ok_or(PostError::InvalidWr)?;
+        if len > (1u32 << 31) {
+            return Err(PostError::InvalidWr);
+        }
+        if wr.opcode.is_atomic() && len < 8 {
+            return Err(PostError::InvalidWr);
+        }
+        // Local operations never reach the responder, so they take no SSN: the peer's MSN
+        // counts only messages on the wire (seed 003).
+        let ssn = if wr.opcode.is_local() {
+            self.last_ssn
+        } else {
+            self.last_ssn.wrapping_add(1) & PSN_MASK
+        };
+        let npsn = match wr.opcode {
+            op if op.is_local() => 0,
+            op if op.is_atomic() => 1,
+            _ => npackets(len, self.cfg.mtu),
+        };
+        let tail = self.tail;
+        let slot = self.slot_mut(tail).ok_or(PostError::QueueFull)?;
+        *slot = SendSlot {
+            wr: *wr,
+            ssn,
+            first_psn: 0,
+            npsn,
+            len: if wr.opcode.is_atomic() { 8 } else { len },
+            started: false,
+            done: false,
+            read_done: 0,
+            status: WcStatus::Success as u32,
+        };
+        self.last_ssn = ssn;
+        self.tail = tail.wrapping_add(1);
+        Ok(())
+    }
+
+    pub(crate) fn arm_rto<O: Outputs>(&mut self, now: u64, out: &mut O) {
+        match local_ack_timeout_ns(self.cfg.timeout) {
+            Some(t) => {
+                let d = now.saturating_add(t);
+                self.rto_deadline = Some(d);
+                out.set_timer(Timer::Retransmit, d);
+            }
+            None => {
+                if self.rto_deadline.take().is_some() {
+                    out.cancel_timer(Timer::Retransmit);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn stop_timers<O: Outputs>(&mut self, out: &mut O) {
+        if self.rto_deadline.take().is_some() {
+            out.cancel_timer(Timer::Retransmit);
+        }
+        if self.rnr_until.take().is_some() {
+            out.cancel_timer(Timer::Rnr);
+        }
+    }
+
+    /// Completes the WQE at counter `c` with `status` (used for errors), writing its CQE now.
+    pub(crate) fn complete_error<O: Outputs>(
+        &mut self,
+        c: u64,
+        status: WcStatus,
+        qpn: u32,
+        out: &mut O,
+    ) -> SqOutcome {
+        let Some(s) = self.slot_mut(c) else {
+            return SqOutcome::Error;
+        };
+        s.done = true;
+        s.status = status as u32;
+        // Everything before `c` is done (in-order completion); retire them first.
+        match self.retire(qpn, out) {
+            SqOutcome::CqOverflow => SqOutcome::CqOverflow,
+            _ => SqOutcome::Error,
+        }
+    }
+
+    /// Transmits what may go now: new packets within credits, fences and the
+    /// outstanding-read limit, and retransmissions after a rewind. At most `budget` packets.
+    /// Returns the number sent and what the Qp must do.
+    pub fn transmit<O: Outputs, M: Memory>(
+        &mut self,
+        now: u64,
+        budget: usize,
+        start_new: bool,
+        ctx: &TxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> (usize, SqOutcome) {
+        let mut sent = 0usize;
+        if self.frozen || self.rnr_until.is_some() {
+            return (0, SqOutcome::Ok);
+        }
+        while sent < budget {
+            if self.send == self.tail {
+                break;
+            }
+            let Some(slot) = self.slot(self.send).copied() else {
+                break;
+            };
+            if slot.done {
+                self.send = self.send.wrapping_add(1);
+                self.send_pkt = 0;
+                continue;
+            }
+            let is_new_psn = self.next_psn == self.high_psn;
+            if !slot.started {
+                if !start_new {
+                    break;
+                }
+                let op = slot.wr.opcode;
+                if slot.wr.flags.has(SendFlags::FENCE) && self.rd_atomic_out > 0 {
+                    break;
+                }
+                if op.is_read_or_atomic()
+                    && self.rd_atomic_out >= u32::from(self.cfg.max_rd_atomic.max(1))
+                {
+                    break;
+                }
+                if self.credit_wait.is_some() && !op.is_local() {
+                    break;
+                }
+                // Keep the outstanding PSN range below half the PSN space.
+                if self
+                    .high_psn
+                    .distance_from(self.una)
+                    .saturating_add(slot.npsn)
+                    >= PSN_HALF_WINDOW
+                {
+                    break;
+                }
+                if op.is_local() {
+                    let r = match op {
+                        SendOpcode::LocalInv => mem.local_invalidate(slot.wr.invalidate_rkey),
+                        _ => mem.fast_register(&slot.wr.reg),
+                    };
+                    let c = self.send;
+                    self.send = c.wrapping_add(1);
+                    self.send_pkt = 0;
+                    if let Some(s) = self.slot_mut(c) {
+                        s.started = true;
+                    }
+                    if r.is_err() {
+                        return (
+                            sent,
+                            self.complete_error(c, WcStatus::LocQpOpErr, ctx.qpn, out),
+                        );
+                    }
+                    if let Some(s) = self.slot_mut(c) {
+                        s.done = true;
+                    }
+                    if self.retire(ctx.qpn, out) == SqOutcome::CqOverflow {
+                        return (sent, SqOutcome::CqOverflow);
+                    }
+                    continue;
+                }
+                // Local protection check of the gather (or scatter, for Read/atomic) list.
+                let access = if op.is_read_or_atomic() {
+                    ACCESS_LOCAL_WRITE
+                } else {
+                    0
+                };
+                if mem.check_local(slot.wr.sg.as_slice(), access).is_err() {
+                    let c = self.send;
+                    return (
+                        sent,
+                        self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),
+                    );
+                }
+                let mut no_credit = false;
+                if ctx.transport == Transport::Rc {
+                    if op.needs_rq_wqe() {
+                        if !self.credit.allows(slot.ssn) {
+                            no_credit = true;
+                            self.counters.credit_stalls =
+                                self.counters.credit_stalls.wrapping_add(1);
+                        }
+                    } else {
+                        self.credit = self.credit.bump();
+                    }
+                }
+                let first = self.next_psn;
+                let c = self.send;
+                if let Some(s) = self.slot_mut(c) {
+                    s.started = true;
+                    s.first_psn = first.value();
+                }
+                if op.is_read_or_atomic() {
+                    self.rd_atomic_out = self.rd_atomic_out.saturating_add(1);
+                }
+                self.send_pkt = 0;
+                let lim = self.send_one(now, ctx, out, no_credit);
+                sent += 1;
+                if lim {
+                    break;
+                }
+                continue;
+            }
+            // A started WQE: continue or retransmit it.
+            if is_new_psn && self.credit_wait.is_some() {
+                break;
+            }
+            let lim = self.send_one(now, ctx, out, false);
+            sent += 1;
+            if lim {
+                break;
+            }
+        }
+        (sent, SqOutcome::Ok)
+    }
+
+    /// Sends the packet `send_pkt` of the WQE at `send` and advances. Returns true when the
+    /// SQ must stop (credit wait began).
+    fn send_one<O: Outputs>(
+        &mut self,
+        now: u64,
+        ctx: &TxCtx<'_>,
+        out: &mut O,
+        no_credit: bool,
+    ) -> bool {
+        let Some(slot) = self.slot(self.send).copied() else {
+            return true;
+        };
+        let wr = &slot.wr;
+        let mtu = self.cfg.mtu.max(1);
+        let k = self.send_pkt;
+        let n = slot.npsn.max(1);
+        let psn = self.next_psn;
+        let retrans = psn.is_before(self.high_psn);
+        let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, psn);
+        bth.mig_req = ctx.mig_req;
+        bth.pkey = ctx.pkey;
+        let mut h = Headers::new(bth);
+        let mut payload = PayloadSource::None;
+        let mut advance_psn = 1u32;
+        let mut wqe_done_sending = false;
+        let mut stop = false;
+        match wr.opcode {
+            SendOpcode::RdmaRead => {
+                // Never ask again for responses already received (a rewind to an earlier PSN
+                // restarts later WQEs from their first packet).
+                let k = k.max(slot.read_done / mtu).min(n.saturating_sub(1));
+                h.bth.psn = Psn::new(slot.first_psn).add(k);
+                let off = k.saturating_mul(mtu).min(slot.len);
+                h.bth.opcode = Opcode::RcRdmaReadRequest;
+                h.reth = Some(Reth {
+                    va: wr.remote_addr.wrapping_add(u64::from(off)),
+                    rkey: wr.rkey,
+                    dma_len: slot.len.saturating_sub(off),
+                });
+                h.bth.ack_req = true;
+                advance_psn = n.saturating_sub(k).max(1);
+                wqe_done_sending = true;
+            }
+            SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => {
+                h.bth.opcode = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
+                    Opcode::RcCompareSwap
+                } else {
+                    Opcode::RcFetchAdd
+                };
+                let (swap_add, compare) = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
+                    (wr.swap, wr.compare_add)
+                } else {
+                    (wr.compare_add, 0)
+                };
+                h.atomic_eth = Some(AtomicEth {
+                    va: wr.remote_addr,
+                    rkey: wr.rkey,
+                    swap_add,
+                    compare,
+                });
+                h.bth.ack_req = true;
+                wqe_done_sending = true;
+            }
+            op => {
+                let pos = position(k, n);
+                let off = k.saturating_mul(mtu);
+                let plen = slot.len.saturating_sub(off).min(mtu);
+                let last = pos.ends_message();
+                let opcode = if op.is_send() {
+                    Opcode::send(
+                        ctx.transport,
+                        pos,
+                        last && op == SendOpcode::SendWithImm,
+                        last && op == SendOpcode::SendWithInv,
+                    )
+                } else {
+                    Opcode::rdma_write(
+                        ctx.transport,
+                        pos,
+                        last && op == SendOpcode::RdmaWriteWithImm,
+                    )
+                };
+                let Some(opcode) = opcode else {
+                    return true;
+                };
+                h.bth.opcode = opcode;
+                let info = opcode.info();
+                if info.has_reth {
+                    h.reth = Some(Reth {
+                        va: wr.remote_addr,
+                        rkey: wr.rkey,
+                        dma_len: slot.len,
+                    });
+                }
+                if info.has_immdt {
+                    h.immdt = Some(ImmDt { imm: wr.imm });
+                }
+                if info.has_ieth {
+                    h.ieth = Some(Ieth {
+                        rkey: wr.invalidate_rkey,
+                    });
+                }
+                if last {
+                    h.bth.solicited = wr.flags.has(SendFlags::SOLICITED);
+                    h.bth.ack_req = true;
+                    wqe_done_sending = true;
+                }
+                if k % ACK_REQ_EVERY == ACK_REQ_EVERY - 1 {
+                    h.bth.ack_req = true;
+                }
+                // Seed 003: without credit only the first packet of a Send goes (AckReq set)
+                // and the SQ waits for an ACK; a WriteImm sends all its packets, sets AckReq on
+                // the last one and then waits.
+                if no_credit {
+                    self.uncredited = Some(self.send);
+                }
+                if self.uncredited == Some(self.send) && !retrans && (op.is_send() || last) {
+                    h.bth.ack_req = true;
+                    self.credit_wait = Some(psn);
+                    self.uncredited = None;
+                    stop = true;
+                }
+                if plen > 0 {
+                    payload = PayloadSource::Gather {
+                        sges: slot_sges(&self.sq, self.idx(self.send)),
+                        offset: off,
+                        len: plen,
+                    };
+                }
+                h.bth.pad_count = crate::wire::pad_count(plen as usize);
+            }
+        }
+        // A resumed RDMA Read may start later than `next_psn` (see above).
+        let psn = h.bth.psn;
+        if retrans {
+            // A retransmitted packet always asks for an ACK: the responder answers duplicates
+            // only when asked, and the requester may be waiting on exactly this packet.
+            h.bth.ack_req = true;
+        }
+        out.transmit(ctx.path, &h, payload);
+        self.counters.packets_sent = self.counters.packets_sent.wrapping_add(1);
+        if retrans {
+            self.counters.retransmitted = self.counters.retransmitted.wrapping_add(1);
+        }
+        self.next_psn = psn.add(advance_psn);
+        if self.next_psn.is_after(self.high_psn) {
+            self.high_psn = self.next_psn;
+        }
+        if self.rto_deadline.is_none() {
+            self.arm_rto(now, out);
+        }
+        if wqe_done_sending {
+            self.send = self.send.wrapping_add(1);
+            self.send_pkt = 0;
+        } else {
+            self.send_pkt = k.saturating_add(1);
+        }
+        stop
+    }
+
+    /// Go-back-N: the next packet to transmit is the one with PSN `p` (which must be
+    /// outstanding). Returns false if no started WQE holds `p`.
+    pub(crate) fn rewind(&mut self, p: Psn) -> bool {
+        let mut c = self.head;
+        while c != self.tail {
+            let Some(s) = self.slot(c).copied() else {
+                return false;
+            };
+            if !s.started {
+                break;
+            }
+            if !s.done && s.npsn > 0 {
+                let f = Psn::new(s.first_psn);
+                let d = p.distance_from(f);
+                if d < s.npsn {
+                    self.send = c;
+                    self.send_pkt = d;
+                    self.next_psn = p;
+                    return true;
+                }
+            }
+            c = c.wrapping_add(1);
+        }
+        false
+    }
+
+    /// Completion of the WQE the credit wait concerns, for completions of error paths.
+    pub(crate) fn make_wc(slot: &SendSlot, status: WcStatus, qpn: u32) -> Completion {
+        Completion {
+            wr_id: slot.wr.wr_id,
+            status,
+            opcode: wc_opcode(slot.wr.opcode),
+            byte_len: if status == WcStatus::Success {
+                slot.len
+            } else {
+                0
+            },
+            imm_or_rkey: 0,
+            qp_num: qpn,
+            src_qp: 0,
+            flags: 0,
+        }
+    }
+
+    /// Retires done WQEs from the head in order, writing CQEs for signaled ones and errors.
+    pub(crate) fn retire<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
+        if self.frozen {
+            return SqOutcome::CqOverflow;
+        }
+        let mut outcome = SqOutcome::Ok;
+        while self.head != self.tail {
+            let Some(s) = self.slot(self.head).copied() else {
+                break;
+            };
+            if !s.done {
+                break;
+            }
+            let status = status_from_u32(s.status);
+            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
+                let wc = Self::make_wc(&s, status, qpn);
+                if out.complete(CqKind::Send, &wc).is_err() {
+                    self.frozen = true;
+                    return SqOutcome::CqOverflow;
+                }
+            }
+            if status != WcStatus::Success {
+                outcome = SqOutcome::Error;
+            }
+            self.head = self.head.wrapping_add(1);
+            if self.send.wrapping_sub(self.head) > self.tail.wrapping_sub(self.head) {
+                self.send = self.head;
+                self.send_pkt = 0;
+            }
+        }
+        outcome
+    }
+
+    /// Flushes every WQE not yet retired with `IB_WC_WR_FLUSH_ERR`, oldest first.
+    pub fn flush<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
+        if self.frozen {
+            return SqOutcome::CqOverflow;
+        }
+        while self.head != self.tail {
+            let Some(s) = self.slot(self.head).copied() else {
+                break;
+            };
+            let status = if s.done {
+                status_from_u32(s.status)
+            } else {
+                WcStatus::WrFlushErr
+            };
+            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
+                let wc = Self::make_wc(&s, status, qpn);
+                if out.complete(CqKind::Send, &wc).is_err() {
+                    self.frozen = true;
+                    return SqOutcome::CqOverflow;
+                }
+            }
+            self.head = self.head.wrapping_add(1);
+        }
+        self.send = self.head;
+        self.send_pkt = 0;
+        self.rd_atomic_out = 0;
+        self.credit_wait = None;
+        SqOutcome::Ok
+    }
+}
+
+fn slot_sges(sq: &[SendSlot], i: Option<usize>) -> &[crate::wqe::Sge] {
+    match i.and_then(|i| sq.get(i)) {
+        Some(s) => s.wr.sg.as_slice(),
+        None => &[],
+    }
+}
+
+pub(crate) fn status_from_u32(v: u32) -> WcStatus {
+    match v {
+        0 => WcStatus::Success,
+        1 => WcStatus::LocLenErr,
+        2 => WcStatus::LocQpOpErr,
+        4 => WcStatus::LocProtErr,
+        5 => WcStatus::WrFlushErr,
+        7 => WcStatus::BadRespErr,
+        8 => WcStatus::LocAccessErr,
+        9 => WcStatus::RemInvReqErr,
+        10 => WcStatus::RemAccessErr,
+        11 => WcStatus::RemOpErr,
+        12 => WcStatus::RetryExcErr,
+        13 => WcStatus::RnrRetryExcErr,
+        19 => WcStatus::FatalErr,
+        _ => WcStatus::GeneralErr,
+    }
+}

@@ -1,0 +1,1071 @@
+//! RQ Logic (the "responder"): ePSN and duplicate detection, MSN, the end-to-end credit count
+//! (seed 003), receive WQEs, RDMA Write/Read and atomic execution through [`Memory`], the
+//! responder resources that replay duplicate RDMA Reads and atomics, ACK coalescing, and the
+//! error classes of Table 17-7 (seed 001): B (PSN sequence error NAK once, RNR NAK), C (invalid
+//! request / remote access NAK, QP to Error), A (malformed RQ WQE: remote operational error NAK),
+//! D (silent drop) and G (CQ overflow).
+
+use crate::apm::PathInfo;
+use crate::credit::{encode_credit, CREDIT_CODE_INVALID};
+use crate::events::{
+    AsyncEvent, Completion, CqKind, Outputs, PayloadSource, WcOpcode, WcStatus, WC_WITH_IMM,
+    WC_WITH_INVALIDATE,
+};
+use crate::memory::{
+    AtomicOp, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
+};
+use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
+use crate::requester::npackets;
+use crate::wire::{
+    Aeth, AtomicAckEth, Bth, Headers, NakCode, Opcode, Operation, Position, Syndrome, Transport,
+};
+use crate::wqe::{RecvSlot, RecvWr};
+
+/// Number of responder resources (saved RDMA Read / atomic requests) a QP keeps.
+pub const MAX_RESOURCES: usize = 16;
+
+/// The responder acknowledges at least every this many request packets (besides AckReq and
+/// message ends).
+pub const ACK_COALESCE: u32 = 8;
+
+/// Static parameters of the RQ Logic (from Create/Modify QP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RqConfig {
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Minimum RNR NAK timer code sent in RNR NAKs.
+    pub min_rnr_timer: u8,
+    /// Max outstanding inbound RDMA Reads/atomics (1..=16).
+    pub max_dest_rd_atomic: u8,
+    /// `ib_access_flags` of the QP (remote write/read/atomic enables).
+    pub access_flags: u32,
+    /// The QP takes receive WQEs from an SRQ: ACKs carry credit code 0x1F.
+    pub srq: bool,
+}
+
+impl Default for RqConfig {
+    fn default() -> RqConfig {
+        RqConfig {
+            mtu: 1024,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 1,
+            access_flags: 0,
+            srq: false,
+        }
+    }
+}
+
+/// Counters kept by the RQ Logic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RqCounters {
+    /// Request packets received and accepted as new.
+    pub packets_received: u64,
+    /// Response packets sent (ACK, NAK, read responses, atomic ACKs).
+    pub responses_sent: u64,
+    /// Duplicate request packets.
+    pub duplicates: u64,
+    /// PSN sequence errors detected.
+    pub sequence_errors: u64,
+    /// PSN sequence error NAKs sent.
+    pub seq_naks_sent: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// Packets silently dropped (class D and invalid duplicates).
+    pub silent_drops: u64,
+    /// Unsolicited ACKs sent (credit updates).
+    pub unsolicited_acks: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResKind {
+    Free,
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u32,
+        sent: u32,
+    },
+    Atomic {
+        orig: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AckItem {
+    psn: Psn,
+    syndrome: Syndrome,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Resource {
+    kind: ResKind,
+    /// First PSN of the responses to send (moves when a duplicate asks for part of a read).
+    psn: Psn,
+    /// The PSN range of the original request (duplicates anywhere in it match).
+    base_psn: Psn,
+    base_npsn: u32,
+    ack_before: Option<AckItem>,
+}
+
+const FREE_RES: Resource = Resource {
+    kind: ResKind::Free,
+    psn: Psn::ZERO,
+    base_psn: Psn::ZERO,
+    base_npsn: 0,
+    ack_before: None,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InMsg {
+    Send {
+        off: u32,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        len: u32,
+        off: u32,
+    },
+}
+
+/// What the Qp must do after an RQ Logic step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RqOutcome {
+    /// Nothing special.
+    Ok,
+    /// A class A or C error: the NAK is sent and the RQ WQE in use completed with its error (or
+    /// the affiliated event raised); move the QP to Error and flush.
+    Error,
+    /// The receive CQ overflowed (class G).
+    CqOverflow,
+}
+
+/// The RQ Logic of one QP.
+#[derive(Debug)]
+pub struct RqLogic<R> {
+    pub(crate) rq: R,
+    /// Oldest receive WQE not completed.
+    pub(crate) rq_head: u64,
+    /// Next receive WQE to take for a new message (`rq_head` or `rq_head + 1`).
+    pub(crate) rq_next: u64,
+    /// Next free slot.
+    pub(crate) rq_tail: u64,
+    pub(crate) epsn: Psn,
+    pub(crate) msn: u32,
+    cur: Option<InMsg>,
+    nak_seq_sent: bool,
+    res: [Resource; MAX_RESOURCES],
+    res_tail: u64,
+    res_send: u64,
+    pending_ack: Option<AckItem>,
+    pkts_since_ack: u32,
+    peer_may_stall: bool,
+    pub(crate) cfg: RqConfig,
+    pub(crate) counters: RqCounters,
+    pub(crate) frozen: bool,
+}
+
+/// Per-connection values the RQ Logic uses when transmitting responses.
+#[derive(Clone, Copy, Debug)]
+pub struct RxCtx<'a> {
+    /// Path to send on.
+    pub path: &'a PathInfo,
+    /// BTH:MigReq for every packet.
+    pub mig_req: bool,
+    /// Destination QP number.
+    pub dest_qp: u32,
+    /// BTH:P_Key.
+    pub pkey: u16,
+    /// Our QP number.
+    pub qpn: u32,
+}
+
+fn position(k: u32, n: u32) -> Position {
+    if n <= 1 {
+        Position::Only
+    } else if k == 0 {
+        Position::First
+    } else if k.saturating_add(1) >= n {
+        Position::Last
+    } else {
+        Position::Middle
+    }
+}
+
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+    /// A new RQ Logic over caller-provided storage (its length is the RQ depth).
+    pub fn new(rq: R) -> RqLogic<R> {
+        RqLogic {
+            rq,
+            rq_head: 0,
+            rq_next: 0,
+            rq_tail: 0,
+            epsn: Psn::ZERO,
+            msn: 0,
+            cur: None,
+            nak_seq_sent: false,
+            res: [FREE_RES; MAX_RESOURCES],
+            res_tail: 0,
+            res_send: 0,
+            pending_ack: None,
+            pkts_since_ack: 0,
+            peer_may_stall: false,
+            cfg: RqConfig::default(),
+            counters: RqCounters::default(),
+            frozen: false,
+        }
+    }
+
+    /// Back to the state after creation (Modify QP to Reset): WQEs discarded, credits zero.
+    pub fn reset(&mut self) {
+        self.rq_head = 0;
+        self.rq_next = 0;
+        self.rq_tail = 0;
+        self.epsn = Psn::ZERO;
+        self.msn = 0;
+        self.cur = None;
+        self.nak_seq_sent = false;
+        self.res = [FREE_RES; MAX_RESOURCES];
+        self.res_tail = 0;
+        self.res_send = 0;
+        self.pending_ack = None;
+        self.pkts_since_ack = 0;
+        self.peer_may_stall = false;
+        self.frozen = false;
+    }
+
+    /// Sets the expected PSN (Modify QP `rq_psn`).
+    pub fn set_epsn(&mut self, psn: u32) {
+        self.epsn = Psn::new(psn);
+    }
+
+    /// The expected PSN.
+    pub fn epsn(&self) -> u32 {
+        self.epsn.value()
+    }
+
+    /// The message sequence number.
+    pub fn msn(&self) -> u32 {
+        self.msn
+    }
+
+    /// The credit count: receive WQEs posted and not yet taken by a message (seed 003).
+    pub fn credits(&self) -> u64 {
+        self.rq_tail.wrapping_sub(self.rq_next)
+    }
+
+    /// The configuration (read).
+    pub fn config(&self) -> &RqConfig {
+        &self.cfg
+    }
+
+    /// The configuration (write).
+    pub fn config_mut(&mut self) -> &mut RqConfig {
+        &mut self.cfg
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &RqCounters {
+        &self.counters
+    }
+
+    /// The credit code every positive ACK carries (Table 17-8; 0x1F with an SRQ).
+    pub fn credit_code(&self) -> u8 {
+        if self.cfg.srq {
+            CREDIT_CODE_INVALID
+        } else {
+            encode_credit(u32::try_from(self.credits()).unwrap_or(u32::MAX))
+        }
+    }
+
+    fn idx(&self, c: u64) -> Option<usize> {
+        let len = self.rq.len() as u64;
+        if len == 0 {
+            return None;
+        }
+        Some((c % len) as usize)
+    }
+
+    fn wqe(&self, c: u64) -> Option<RecvWr> {
+        let i = self.idx(c)?;
+        self.rq.get(i).map(|s| s.wr)
+    }
+
+    /// Number of receive WQEs posted and not completed.
+    pub fn outstanding(&self) -> u64 {
+        self.rq_tail.wrapping_sub(self.rq_head)
+    }
+
+    /// Queues a receive WR (the Qp checked the state).
+    pub fn post(&mut self, wr: &RecvWr) -> Result<(), crate::requester::PostError> {
+        if self.outstanding() >= self.rq.len() as u64 {
+            return Err(crate::requester::PostError::QueueFull);
+        }
+        let t = self.rq_tail;
+        let i = self.idx(t).ok_or(crate::requester::PostError::QueueFull)?;
+        if let Some(s) = self.rq.get_mut(i) {
+            s.wr = *wr;
+        }
+        self.rq_tail = t.wrapping_add(1);
+        Ok(())
+    }
+
+    fn emit<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
+        let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, a.psn);
+        bth.mig_req = ctx.mig_req;
+        bth.pkey = ctx.pkey;
+        let mut h = Headers::new(bth);
+        let syndrome = match a.syndrome {
+            // Credits are current at the time the ACK leaves.
+            Syndrome::Ack { .. } => Syndrome::Ack {
+                credit: self.credit_code(),
+            },
+            s => s,
+        };
+        if let Syndrome::Ack { credit } = syndrome {
+            self.peer_may_stall = credit == 0;
+        }
+        if let Syndrome::RnrNak { .. } = syndrome {
+            self.peer_may_stall = true;
+        }
+        h.aeth = Some(Aeth {
+            syndrome,
+            msn: self.msn,
+        });
+        out.transmit(ctx.path, &h, PayloadSource::None);
+        self.counters.responses_sent = self.counters.responses_sent.wrapping_add(1);
+        self.pkts_since_ack = 0;
+    }
+
+    /// Queues an ACK/NAK behind responses still to be sent, or sends it now.
+    fn queue_ack<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
+        if self.res_send == self.res_tail {
+            self.emit(a, ctx, out);
+        } else {
+            self.pending_ack = Some(a);
+        }
+    }
+
+    fn ack(&self, psn: Psn) -> AckItem {
+        AckItem {
+            psn,
+            syndrome: Syndrome::Ack { credit: 0 },
+        }
+    }
+
+    /// The unsolicited ACK sent on entering RTR (seed 003 "Providing Initial Credits"): PSN
+    /// ePSN-1, MSN 0 and the credit count.
+    pub fn initial_ack<O: Outputs>(&mut self, ctx: &RxCtx<'_>, out: &mut O) {
+        let a = self.ack(self.epsn.prev());
+        self.emit(a, ctx, out);
+        self.counters.unsolicited_acks = self.counters.unsolicited_acks.wrapping_add(1);
+    }
+
+    /// After receives were posted: if the peer may be stalled for credits (the last ACK said 0
+    /// or an RNR NAK went out), send an unsolicited ACK with the new credits (seed 003).
+    pub fn maybe_unsolicited_ack<O: Outputs>(&mut self, ctx: &RxCtx<'_>, out: &mut O) {
+        // Never let an unsolicited ACK replace a NAK still queued behind read responses.
+        let nak_queued = matches!(self.pending_ack, Some(a) if !a.syndrome.is_ack());
+        if self.peer_may_stall && !self.cfg.srq && self.credits() > 0 && !self.frozen && !nak_queued
+        {
+            let a = self.ack(self.epsn.prev());
+            self.queue_ack(a, ctx, out);
+            self.counters.unsolicited_acks = self.counters.unsolicited_acks.wrapping_add(1);
+        }
+    }
+
+    /// Sends queued RDMA Read responses, Atomic ACKs and the pending ACK, at most `budget`
+    /// packets. Returns the number sent.
+    pub fn transmit<O: Outputs>(&mut self, budget: usize, ctx: &RxCtx<'_>, out: &mut O) -> usize {
+        let mut sent = 0;
+        let mtu = self.cfg.mtu.max(1);
+        while sent < budget && self.res_send != self.res_tail {
+            let i = (self.res_send % MAX_RESOURCES as u64) as usize;
+            let Some(r) = self.res.get(i).copied() else {
+                break;
+            };
+            if let Some(a) = r.ack_before {
+                if let Some(m) = self.res.get_mut(i) {
+                    m.ack_before = None;
+                }
+                self.emit(a, ctx, out);
+                sent += 1;
+                continue;
+            }
+            let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, r.psn);
+            bth.mig_req = ctx.mig_req;
+            bth.pkey = ctx.pkey;
+            let aeth = Aeth {
+                syndrome: Syndrome::Ack {
+                    credit: self.credit_code(),
+                },
+                msn: self.msn,
+            };
+            match r.kind {
+                ResKind::Read {
+                    va,
+                    rkey,
+                    len,
+                    sent: off,
+                } => {
+                    let n = npackets(len, mtu);
+                    let k = off / mtu;
+                    let pos = position(k, n);
+                    let plen = len.saturating_sub(off).min(mtu);
+                    bth.opcode = Opcode::rdma_read_response(pos);
+                    bth.psn = r.psn.add(k);
+                    bth.pad_count = crate::wire::pad_count(plen as usize);
+                    let mut h = Headers::new(bth);
+                    if bth.opcode.info().has_aeth {
+                        h.aeth = Some(aeth);
+                    }
+                    let payload = if plen > 0 {
+                        PayloadSource::Remote {
+                            rkey,
+                            va: va.wrapping_add(u64::from(off)),
+                            len: plen,
+                        }
+                    } else {
+                        PayloadSource::None
+                    };
+                    out.transmit(ctx.path, &h, payload);
+                    let noff = off.saturating_add(plen);
+                    if let Some(m) = self.res.get_mut(i) {
+                        m.kind = ResKind::Read {
+                            va,
+                            rkey,
+                            len,
+                            sent: noff,
+                        };
+                    }
+                    if pos.ends_message() {
+                        self.res_send = self.res_send.wrapping_add(1);
+                    }
+                }
+                ResKind::Atomic { orig } => {
+                    bth.opcode = Opcode::RcAtomicAcknowledge;
+                    let mut h = Headers::new(bth);
+                    h.aeth = Some(aeth);
+                    h.atomic_ack_eth = Some(AtomicAckEth { orig });
+                    out.transmit(ctx.path, &h, PayloadSource::None);
+                    self.res_send = self.res_send.wrapping_add(1);
+                }
+                ResKind::Free => {
+                    self.res_send = self.res_send.wrapping_add(1);
+                    continue;
+                }
+            }
+            self.counters.responses_sent = self.counters.responses_sent.wrapping_add(1);
+            sent += 1;
+        }
+        if sent < budget && self.res_send == self.res_tail {
+            if let Some(a) = self.pending_ack.take() {
+                self.emit(a, ctx, out);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// True when responses are waiting to be sent.
+    pub fn has_pending_responses(&self) -> bool {
+        self.res_send != self.res_tail || self.pending_ack.is_some()
+    }
+
+    fn pending_resources(&self) -> u64 {
+        self.res_tail.wrapping_sub(self.res_send)
+    }
+
+    fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {
+        let i = (self.res_tail % MAX_RESOURCES as u64) as usize;
+        let ack_before = self.pending_ack.take();
+        if let Some(r) = self.res.get_mut(i) {
+            *r = Resource {
+                kind,
+                psn,
+                base_psn: psn,
+                base_npsn: npsn,
+                ack_before,
+            };
+        }
+        self.res_tail = self.res_tail.wrapping_add(1);
+    }
+
+    /// Counter of a kept resource matching `pred`, newest first.
+    fn find_resource(&self, mut pred: impl FnMut(&Resource) -> bool) -> Option<u64> {
+        let kept = self.res_tail.min(MAX_RESOURCES as u64);
+        let mut k = 0;
+        while k < kept {
+            let c = self.res_tail.wrapping_sub(1).wrapping_sub(k);
+            let i = (c % MAX_RESOURCES as u64) as usize;
+            if let Some(r) = self.res.get(i) {
+                if pred(r) {
+                    return Some(c);
+                }
+            }
+            k += 1;
+        }
+        None
+    }
+
+    /// A class A or C error: NAK now, complete the RQ WQE in use with `status` or raise
+    /// `event`, and tell the Qp to go to Error.
+    fn fatal<O: Outputs>(
+        &mut self,
+        psn: Psn,
+        code: NakCode,
+        status: WcStatus,
+        event: AsyncEvent,
+        wqe_in_use: bool,
+        ctx: &RxCtx<'_>,
+        out: &mut O,
+    ) -> RqOutcome {
+        let a = AckItem {
+            psn,
+            syndrome: Syndrome::Nak(code),
+        };
+        self.emit(a, ctx, out);
+        self.cur = None;
+        if wqe_in_use && self.rq_next != self.rq_head {
+            if let Some(wr) = self.wqe(self.rq_head) {
+                let wc = Completion {
+                    wr_id: wr.wr_id,
+                    status,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm_or_rkey: 0,
+                    qp_num: ctx.qpn,
+                    src_qp: ctx.dest_qp,
+                    flags: 0,
+                };
+                if out.complete(CqKind::Recv, &wc).is_err() {
+                    self.frozen = true;
+                    return RqOutcome::CqOverflow;
+                }
+                self.rq_head = self.rq_head.wrapping_add(1);
+            }
+        } else {
+            out.async_event(event, None);
+        }
+        RqOutcome::Error
+    }
+
+    fn invalid_request<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
+        let in_use = self.rq_next != self.rq_head;
+        self.fatal(
+            psn,
+            NakCode::InvalidRequest,
+            WcStatus::RemInvReqErr,
+            AsyncEvent::QpReqErr,
+            in_use,
+            ctx,
+            out,
+        )
+    }
+
+    fn access_error<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
+        let in_use = self.rq_next != self.rq_head;
+        self.fatal(
+            psn,
+            NakCode::RemoteAccessError,
+            WcStatus::RemAccessErr,
+            AsyncEvent::QpAccessErr,
+            in_use,
+            ctx,
+            out,
+        )
+    }
+
+    /// Completes the RQ WQE in use (the message ended).
+    fn complete_recv<O: Outputs>(
+        &mut self,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm_or_rkey: u32,
+        flags: u32,
+        ctx: &RxCtx<'_>,
+        out: &mut O,
+    ) -> RqOutcome {
+        let Some(wr) = self.wqe(self.rq_head) else {
+            return RqOutcome::Ok;
+        };
+        let wc = Completion {
+            wr_id: wr.wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+            imm_or_rkey,
+            qp_num: ctx.qpn,
+            src_qp: ctx.dest_qp,
+            flags,
+        };
+        if out.complete(CqKind::Recv, &wc).is_err() {
+            self.frozen = true;
+            return RqOutcome::CqOverflow;
+        }
+        self.rq_head = self.rq_head.wrapping_add(1);
+        RqOutcome::Ok
+    }
+
+    /// Takes the next receive WQE for a new message; `false` if there is none (RNR).
+    fn take_wqe(&mut self) -> bool {
+        if self.rq_next == self.rq_tail {
+            return false;
+        }
+        self.rq_next = self.rq_next.wrapping_add(1);
+        true
+    }
+
+    fn rnr_nak<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
+        self.counters.rnr_naks_sent = self.counters.rnr_naks_sent.wrapping_add(1);
+        let a = AckItem {
+            psn,
+            syndrome: Syndrome::RnrNak {
+                timer: self.cfg.min_rnr_timer & 0x1F,
+            },
+        };
+        self.queue_ack(a, ctx, out);
+        RqOutcome::Ok
+    }
+
+    /// Handles one inbound request packet (RC) that passed the state, APM and header checks.
+    pub fn on_request<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        if self.frozen {
+            return RqOutcome::Ok;
+        }
+        let psn = h.bth.psn;
+        match classify_request_psn(psn, self.epsn) {
+            RequestPsnClass::Invalid => {
+                // Class B: one PSN sequence error NAK per sequence error.
+                self.counters.sequence_errors = self.counters.sequence_errors.wrapping_add(1);
+                if !self.nak_seq_sent {
+                    self.nak_seq_sent = true;
+                    self.counters.seq_naks_sent = self.counters.seq_naks_sent.wrapping_add(1);
+                    let a = AckItem {
+                        psn: self.epsn,
+                        syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                    };
+                    self.queue_ack(a, ctx, out);
+                }
+                RqOutcome::Ok
+            }
+            RequestPsnClass::Duplicate => {
+                self.on_duplicate(h, ctx, mem, out);
+                RqOutcome::Ok
+            }
+            RequestPsnClass::Expected => {
+                self.nak_seq_sent = false;
+                self.on_expected(h, payload, ctx, mem, out)
+            }
+        }
+    }
+
+    fn on_duplicate<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) {
+        self.counters.duplicates = self.counters.duplicates.wrapping_add(1);
+        let psn = h.bth.psn;
+        let info = h.info();
+        match info.operation {
+            Operation::RdmaReadRequest => {
+                let Some(reth) = h.reth else {
+                    return;
+                };
+                // A duplicate read is executed again (from the PSN it asks for).
+                let found = self.find_resource(|r| {
+                    matches!(r.kind, ResKind::Read { .. })
+                        && psn.distance_from(r.base_psn) < r.base_npsn
+                });
+                let Some(c) = found else {
+                    self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                    return;
+                };
+                if reth.dma_len > 0
+                    && mem
+                        .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_READ)
+                        .is_err()
+                {
+                    self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                    return;
+                }
+                let i = (c % MAX_RESOURCES as u64) as usize;
+                if let Some(r) = self.res.get_mut(i) {
+                    r.psn = psn;
+                    r.kind = ResKind::Read {
+                        va: reth.va,
+                        rkey: reth.rkey,
+                        len: reth.dma_len,
+                        sent: 0,
+                    };
+                }
+                self.reschedule(c);
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                // Replay the saved result; an atomic never executes twice. No saved result:
+                // invalid duplicate atomic, class D (silent drop).
+                let found = self
+                    .find_resource(|r| matches!(r.kind, ResKind::Atomic { .. }) && r.psn == psn);
+                match found {
+                    Some(c) => self.reschedule(c),
+                    None => {
+                        self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                    }
+                }
+            }
+            _ => {
+                // Duplicate Send/Write: not executed again, re-acknowledged.
+                if h.bth.ack_req || info.position.ends_message() {
+                    let a = self.ack(self.epsn.prev());
+                    self.queue_ack(a, ctx, out);
+                }
+            }
+        }
+    }
+
+    /// Makes resource `c` (and every later one) be sent again.
+    fn reschedule(&mut self, c: u64) {
+        let pending = self.res_tail.wrapping_sub(self.res_send);
+        let back = self.res_tail.wrapping_sub(c);
+        if back > pending {
+            self.res_send = c;
+        }
+    }
+
+    fn on_expected<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let psn = h.bth.psn;
+        let info = h.info();
+        let mtu = self.cfg.mtu.max(1);
+        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let pos = info.position;
+        // Opcode sequence: First/Only only when no message is in progress, Middle/Last only
+        // continuing a message of the same operation (class C otherwise).
+        let continuing = match (self.cur, info.operation) {
+            (None, _) => false,
+            (Some(InMsg::Send { .. }), Operation::Send) => true,
+            (Some(InMsg::Write { .. }), Operation::RdmaWrite) => true,
+            _ => return self.invalid_request(psn, ctx, out),
+        };
+        if continuing == pos.starts_message() {
+            return self.invalid_request(psn, ctx, out);
+        }
+        // Payload length consistent with the opcode (class C).
+        let len_ok = match pos {
+            Position::Only => plen <= mtu,
+            Position::First | Position::Middle => plen == mtu,
+            Position::Last => plen >= 1 && plen <= mtu,
+        };
+        let has_payload_op = matches!(info.operation, Operation::Send | Operation::RdmaWrite);
+        if has_payload_op && !len_ok {
+            return self.invalid_request(psn, ctx, out);
+        }
+        match info.operation {
+            Operation::Send => self.on_send(h, payload, ctx, mem, out),
+            Operation::RdmaWrite => self.on_write(h, payload, ctx, mem, out),
+            Operation::RdmaReadRequest => {
+                let Some(reth) = h.reth else {
+                    return self.invalid_request(psn, ctx, out);
+                };
+                if self.cfg.access_flags & ACCESS_REMOTE_READ == 0 {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if self.pending_resources() >= u64::from(self.cfg.max_dest_rd_atomic.clamp(1, 16)) {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if reth.dma_len > (1u32 << 31) {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if reth.dma_len > 0
+                    && mem
+                        .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_READ)
+                        .is_err()
+                {
+                    return self.access_error(psn, ctx, out);
+                }
+                self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
+                self.alloc_resource(
+                    ResKind::Read {
+                        va: reth.va,
+                        rkey: reth.rkey,
+                        len: reth.dma_len,
+                        sent: 0,
+                    },
+                    psn,
+                    npackets(reth.dma_len, mtu),
+                );
+                self.epsn = psn.add(npackets(reth.dma_len, mtu));
+                self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
+                self.pkts_since_ack = 0;
+                RqOutcome::Ok
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let Some(ae) = h.atomic_eth else {
+                    return self.invalid_request(psn, ctx, out);
+                };
+                if self.cfg.access_flags & ACCESS_REMOTE_ATOMIC == 0 {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if ae.va % 8 != 0 {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if self.pending_resources() >= u64::from(self.cfg.max_dest_rd_atomic.clamp(1, 16)) {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                let op = if info.operation == Operation::CompareSwap {
+                    AtomicOp::CmpSwap {
+                        compare: ae.compare,
+                        swap: ae.swap_add,
+                    }
+                } else {
+                    AtomicOp::FetchAdd { add: ae.swap_add }
+                };
+                let orig = match mem.remote_atomic(ae.rkey, ae.va, op) {
+                    Ok(v) => v,
+                    Err(_) => return self.access_error(psn, ctx, out),
+                };
+                self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
+                self.alloc_resource(ResKind::Atomic { orig }, psn, 1);
+                self.epsn = psn.next();
+                self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
+                self.pkts_since_ack = 0;
+                RqOutcome::Ok
+            }
+            _ => self.invalid_request(psn, ctx, out),
+        }
+    }
+
+    fn after_packet<O: Outputs>(&mut self, h: &Headers, ctx: &RxCtx<'_>, out: &mut O) {
+        let psn = h.bth.psn;
+        self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
+        self.epsn = psn.next();
+        self.pkts_since_ack = self.pkts_since_ack.saturating_add(1);
+        if h.bth.ack_req || h.info().position.ends_message() || self.pkts_since_ack >= ACK_COALESCE
+        {
+            let a = self.ack(psn);
+            self.queue_ack(a, ctx, out);
+        }
+    }
+
+    fn on_send<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let psn = h.bth.psn;
+        let pos = h.info().position;
+        let mut off = match self.cur {
+            Some(InMsg::Send { off }) => off,
+            _ => 0,
+        };
+        if pos.starts_message() {
+            if !self.take_wqe() {
+                // Class B: no receive WQE.
+                return self.rnr_nak(psn, ctx, out);
+            }
+            off = 0;
+            let Some(wr) = self.wqe(self.rq_head) else {
+                return self.invalid_request(psn, ctx, out);
+            };
+            // Class A: a malformed receive WQE.
+            if wr.sg.total_len().is_none()
+                || mem
+                    .check_local(wr.sg.as_slice(), ACCESS_LOCAL_WRITE)
+                    .is_err()
+            {
+                return self.fatal(
+                    psn,
+                    NakCode::RemoteOperationalError,
+                    WcStatus::LocQpOpErr,
+                    AsyncEvent::QpFatal,
+                    true,
+                    ctx,
+                    out,
+                );
+            }
+        }
+        let Some(wr) = self.wqe(self.rq_head) else {
+            return self.invalid_request(psn, ctx, out);
+        };
+        let total = wr.sg.total_len().unwrap_or(0);
+        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let end = off.saturating_add(plen);
+        if end > total {
+            // Length error: the Send overruns the receive buffers (class C).
+            return self.fatal(
+                psn,
+                NakCode::InvalidRequest,
+                WcStatus::LocLenErr,
+                AsyncEvent::QpReqErr,
+                true,
+                ctx,
+                out,
+            );
+        }
+        if plen > 0 && mem.scatter(wr.sg.as_slice(), off, payload).is_err() {
+            return self.fatal(
+                psn,
+                NakCode::RemoteOperationalError,
+                WcStatus::LocProtErr,
+                AsyncEvent::QpFatal,
+                true,
+                ctx,
+                out,
+            );
+        }
+        self.cur = Some(InMsg::Send { off: end });
+        if pos.ends_message() {
+            self.cur = None;
+            let (mut imm_or_rkey, mut flags) = (0, 0);
+            if let Some(i) = h.immdt {
+                imm_or_rkey = i.imm;
+                flags = WC_WITH_IMM;
+            }
+            if let Some(i) = h.ieth {
+                if mem.invalidate_remote(i.rkey).is_err() {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                imm_or_rkey = i.rkey;
+                flags = WC_WITH_INVALIDATE;
+            }
+            self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
+            let r = self.complete_recv(WcOpcode::Recv, end, imm_or_rkey, flags, ctx, out);
+            if r != RqOutcome::Ok {
+                return r;
+            }
+        }
+        self.after_packet(h, ctx, out);
+        RqOutcome::Ok
+    }
+
+    fn on_write<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let psn = h.bth.psn;
+        let pos = h.info().position;
+        if self.cfg.access_flags & ACCESS_REMOTE_WRITE == 0 {
+            return self.invalid_request(psn, ctx, out);
+        }
+        let (va, rkey, len, off) = match (self.cur, h.reth) {
+            (_, Some(reth)) if pos.starts_message() => {
+                if reth.dma_len > 0
+                    && mem
+                        .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_WRITE)
+                        .is_err()
+                {
+                    return self.access_error(psn, ctx, out);
+                }
+                (reth.va, reth.rkey, reth.dma_len, 0u32)
+            }
+            (Some(InMsg::Write { va, rkey, len, off }), None) if !pos.starts_message() => {
+                (va, rkey, len, off)
+            }
+            _ => return self.invalid_request(psn, ctx, out),
+        };
+        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let end = off.saturating_add(plen);
+        // Too much payload, or too little at the end (class C length error).
+        if end > len || (pos.ends_message() && end != len) {
+            return self.invalid_request(psn, ctx, out);
+        }
+        let imm = h.immdt;
+        if imm.is_some() && !self.take_wqe() {
+            return self.rnr_nak(psn, ctx, out);
+        }
+        if plen > 0
+            && mem
+                .remote_write(rkey, va.wrapping_add(u64::from(off)), payload)
+                .is_err()
+        {
+            return self.access_error(psn, ctx, out);
+        }
+        self.cur = Some(InMsg::Write {
+            va,
+            rkey,
+            len,
+            off: end,
+        });
+        if pos.ends_message() {
+            self.cur = None;
+            self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
+            if let Some(i) = imm {
+                let r = self.complete_recv(
+                    WcOpcode::RecvRdmaWithImm,
+                    len,
+                    i.imm,
+                    WC_WITH_IMM,
+                    ctx,
+                    out,
+                );
+                if r != RqOutcome::Ok {
+                    return r;
+                }
+            }
+        }
+        self.after_packet(h, ctx, out);
+        RqOutcome::Ok
+    }
+
+    /// Flushes every receive WQE not completed with `IB_WC_WR_FLUSH_ERR`, oldest first.
+    pub fn flush<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> RqOutcome {
+        if self.frozen {
+            return RqOutcome::CqOverflow;
+        }
+        while self.rq_head != self.rq_tail {
+            let Some(wr) = self.wqe(self.rq_head) else {
+                break;
+            };
+            let wc = Completion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_or_rkey: 0,
+                qp_num: qpn,
+                src_qp: 0,
+                flags: 0,
+            };
+            if out.complete(CqKind::Recv, &wc).is_err() {
+                self.frozen = true;
+                return RqOutcome::CqOverflow;
+            }
+            self.rq_head = self.rq_head.wrapping_add(1);
+        }
+        self.rq_next = self.rq_head;
+        self.cur = None;
+        self.res_send = self.res_tail;
+        self.pending_ack = None;
+        RqOutcome::Ok
+    }
+}
+
+/// The transport of RC request opcodes (used by the Qp's header checks).
+pub fn is_rc_request(h: &Headers) -> bool {
+    let i = h.info();
+    i.transport == Transport::Rc && i.is_request
+}

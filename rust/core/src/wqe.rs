@@ -1,0 +1,285 @@
+//! Work requests as the verbs caller posts them (send and receive WRs) and the
+//! scatter/gather elements they carry.
+//!
+//! Opcode and flag values equal the kernel's `enum ib_wr_opcode` and `enum ib_send_flags`,
+//! so the kernel shell converts with a cast.
+
+/// Maximum number of scatter/gather elements per work request.
+pub const MAX_SGE: usize = 8;
+
+/// One scatter/gather element: `length` bytes at `addr` in the local MR named by `lkey`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sge {
+    /// Virtual address (or offset for zero-based MRs) of the first byte.
+    pub addr: u64,
+    /// Number of bytes.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// A fixed-capacity scatter/gather list (at most [`MAX_SGE`] elements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SgList {
+    sges: [Sge; MAX_SGE],
+    num: u8,
+}
+
+impl SgList {
+    /// An empty list.
+    pub const EMPTY: SgList = SgList {
+        sges: [Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SGE],
+        num: 0,
+    };
+
+    /// Builds a list from a slice; `None` if it has more than [`MAX_SGE`] elements.
+    pub fn from_slice(sges: &[Sge]) -> Option<SgList> {
+        if sges.len() > MAX_SGE {
+            return None;
+        }
+        let mut l = SgList::EMPTY;
+        for (d, s) in l.sges.iter_mut().zip(sges.iter()) {
+            *d = *s;
+        }
+        l.num = sges.len() as u8;
+        Some(l)
+    }
+
+    /// The elements in use.
+    pub fn as_slice(&self) -> &[Sge] {
+        let n = (self.num as usize).min(MAX_SGE);
+        self.sges.get(..n).unwrap_or(&[])
+    }
+
+    /// Total byte length, `None` if it does not fit in 32 bits (a malformed WQE).
+    pub fn total_len(&self) -> Option<u32> {
+        let mut t: u32 = 0;
+        for s in self.as_slice() {
+            t = t.checked_add(s.length)?;
+        }
+        Some(t)
+    }
+}
+
+/// Send work request opcodes (values of the kernel's `enum ib_wr_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SendOpcode {
+    /// IB_WR_RDMA_WRITE.
+    RdmaWrite = 0,
+    /// IB_WR_RDMA_WRITE_WITH_IMM.
+    RdmaWriteWithImm = 1,
+    /// IB_WR_SEND.
+    Send = 2,
+    /// IB_WR_SEND_WITH_IMM.
+    SendWithImm = 3,
+    /// IB_WR_RDMA_READ.
+    RdmaRead = 4,
+    /// IB_WR_ATOMIC_CMP_AND_SWP.
+    AtomicCmpAndSwp = 5,
+    /// IB_WR_ATOMIC_FETCH_AND_ADD.
+    AtomicFetchAndAdd = 6,
+    /// IB_WR_LOCAL_INV.
+    LocalInv = 7,
+    /// IB_WR_SEND_WITH_INV.
+    SendWithInv = 9,
+    /// IB_WR_REG_MR.
+    RegMr = 0x20,
+}
+
+impl SendOpcode {
+    /// Converts a kernel `ib_wr_opcode` value; `None` for opcodes this core does not support.
+    pub fn from_u32(v: u32) -> Option<SendOpcode> {
+        Some(match v {
+            0 => SendOpcode::RdmaWrite,
+            1 => SendOpcode::RdmaWriteWithImm,
+            2 => SendOpcode::Send,
+            3 => SendOpcode::SendWithImm,
+            4 => SendOpcode::RdmaRead,
+            5 => SendOpcode::AtomicCmpAndSwp,
+            6 => SendOpcode::AtomicFetchAndAdd,
+            7 => SendOpcode::LocalInv,
+            9 => SendOpcode::SendWithInv,
+            0x20 => SendOpcode::RegMr,
+            _ => return None,
+        })
+    }
+
+    /// True for Send, Send with Immediate and Send with Invalidate.
+    pub fn is_send(self) -> bool {
+        matches!(
+            self,
+            SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv
+        )
+    }
+
+    /// True for RDMA Write with and without Immediate.
+    pub fn is_write(self) -> bool {
+        matches!(self, SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm)
+    }
+
+    /// True for the two atomic operations.
+    pub fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    /// True for operations that never leave the local HCA (LOCAL_INV, REG_MR).
+    pub fn is_local(self) -> bool {
+        matches!(self, SendOpcode::LocalInv | SendOpcode::RegMr)
+    }
+
+    /// True when the message consumes a receive WQE at the responder (Send and RDMA Write with
+    /// Immediate): the "limited" operations of seed 003.
+    pub fn needs_rq_wqe(self) -> bool {
+        self.is_send() || self == SendOpcode::RdmaWriteWithImm
+    }
+
+    /// True for RDMA Read and atomics, which take a responder resource and that fences wait for.
+    pub fn is_read_or_atomic(self) -> bool {
+        self == SendOpcode::RdmaRead || self.is_atomic()
+    }
+}
+
+/// Send flags (values of the kernel's `enum ib_send_flags`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// IB_SEND_FENCE: wait for all earlier RDMA Reads and atomics to complete.
+    pub const FENCE: u32 = 1;
+    /// IB_SEND_SIGNALED: generate a completion on success.
+    pub const SIGNALED: u32 = 2;
+    /// IB_SEND_SOLICITED: set BTH:SE on the last packet.
+    pub const SOLICITED: u32 = 4;
+    /// IB_SEND_INLINE: the shell copied the data at post time (the core treats the SGEs alike).
+    pub const INLINE: u32 = 8;
+
+    /// True if every bit of `bits` is set.
+    pub fn has(self, bits: u32) -> bool {
+        self.0 & bits == bits
+    }
+}
+
+/// Parameters of a fast-register (REG_MR) work request, handed to [`crate::memory::Memory`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegMrParams {
+    /// Key (lkey and rkey) the MR gets.
+    pub key: u32,
+    /// Start address.
+    pub iova: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// `ib_access_flags` bits.
+    pub access: u32,
+    /// Shell-defined handle of the MR being registered.
+    pub mr_handle: u64,
+}
+
+/// A send work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub opcode: SendOpcode,
+    /// Fence, signaled, solicited, inline.
+    pub flags: SendFlags,
+    /// Local gather list (Send, Write) or scatter list (Read, atomic result).
+    pub sg: SgList,
+    /// Immediate data (host order) for the `WithImm` opcodes.
+    pub imm: u32,
+    /// R_Key to invalidate at the responder (SEND_WITH_INV) or key for LOCAL_INV.
+    pub invalidate_rkey: u32,
+    /// Remote virtual address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// Compare value (CMP_AND_SWP) or add value (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Swap value (CMP_AND_SWP).
+    pub swap: u64,
+    /// Fast-register parameters (REG_MR).
+    pub reg: RegMrParams,
+}
+
+impl SendWr {
+    /// A signaled work request of the given opcode with everything else zero.
+    pub fn new(wr_id: u64, opcode: SendOpcode) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            flags: SendFlags(SendFlags::SIGNALED),
+            sg: SgList::EMPTY,
+            imm: 0,
+            invalidate_rkey: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            reg: RegMrParams::default(),
+        }
+    }
+}
+
+/// A receive work request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list for the inbound message.
+    pub sg: SgList,
+}
+
+/// One receive queue slot (caller-provided storage).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecvSlot {
+    /// The posted work request.
+    pub wr: RecvWr,
+}
+
+/// One send queue slot (caller-provided storage): the work request plus the SQ Logic's
+/// bookkeeping for it.
+#[derive(Clone, Copy, Debug)]
+pub struct SendSlot {
+    /// The posted work request.
+    pub wr: SendWr,
+    /// Send sequence number (24 bits, seed 003).
+    pub ssn: u32,
+    /// PSN of the first request packet (valid once started).
+    pub first_psn: u32,
+    /// Number of PSNs the message uses (request packets, or response packets for a Read).
+    pub npsn: u32,
+    /// Total length in bytes.
+    pub len: u32,
+    /// True once the first packet has been transmitted.
+    pub started: bool,
+    /// True once the message is complete (acknowledged or answered) and waits to be retired.
+    pub done: bool,
+    /// Bytes of read response received so far.
+    pub read_done: u32,
+    /// Completion status if the WQE failed (0 = success).
+    pub status: u32,
+}
+
+impl Default for SendSlot {
+    fn default() -> SendSlot {
+        SendSlot {
+            wr: SendWr::new(0, SendOpcode::Send),
+            ssn: 0,
+            first_psn: 0,
+            npsn: 0,
+            len: 0,
+            started: false,
+            done: false,
+            read_done: 0,
+            status: 0,
+        }
+    }
+}

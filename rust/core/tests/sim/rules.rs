@@ -1,0 +1,1571 @@
+//! Unit tests of the seed rules, each named after its seed, on a pair of QPs wired back to back
+//! where the test decides which packet goes where.
+
+use rvrdma_core::apm::{MigState, PathInfo, PathMatch};
+use rvrdma_core::credit::{encode_credit, CreditLimit, CREDIT_CODE_INVALID};
+use rvrdma_core::events::{AsyncEvent, Timer, WcOpcode, WcStatus};
+use rvrdma_core::memory::{
+    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
+use rvrdma_core::psn::Psn;
+use rvrdma_core::qp::{QpAttrs, QpCreate};
+use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
+use rvrdma_core::requester::{local_ack_timeout_ns, PostError};
+use rvrdma_core::wire::{
+    Aeth, AtomicEth, Bth, Headers, NakCode, Opcode, Operation, Reth, Syndrome,
+};
+use rvrdma_core::wqe::{RecvSlot, RecvWr, SendFlags, SendOpcode, SendSlot, SendWr, SgList, Sge};
+
+use super::mem::SimMem;
+use super::node::{timer_index, SimOut, SimQp};
+use super::rng::Rng;
+
+const MTU: u32 = 256;
+const SRC: u32 = 1;
+const DST: u32 = 2;
+const RMT: u32 = 3;
+const ATM: u32 = 4;
+const SRC_VA: u64 = 0x10000;
+const DST_VA: u64 = 0x20000;
+const RMT_VA: u64 = 0x30000;
+const ATM_VA: u64 = 0x40000;
+const PSN_A: u32 = 100;
+const PSN_B: u32 = 500;
+
+pub struct End {
+    pub qp: SimQp,
+    pub mem: SimMem,
+    pub out: SimOut,
+    pub paths: [PathInfo; 2],
+}
+
+fn gid(node: usize, link: usize) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[13] = link as u8;
+    g[15] = node as u8 + 1;
+    g
+}
+
+fn path(node: usize, link: usize) -> PathInfo {
+    let mut p = PathInfo::EMPTY;
+    p.port_num = link as u8 + 1;
+    p.sgid = gid(node, link);
+    p.dgid = gid(1 - node, link);
+    p.timeout = 8;
+    p
+}
+
+#[derive(Clone, Copy)]
+pub struct Opts {
+    pub pre_rtr_recvs: [usize; 2],
+    pub srq: [bool; 2],
+    pub armed: bool,
+    pub max_dest_rd_atomic: u8,
+    pub max_rd_atomic: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub to: QpState,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            pre_rtr_recvs: [0, 0],
+            srq: [false, false],
+            armed: false,
+            max_dest_rd_atomic: 4,
+            max_rd_atomic: 4,
+            retry_cnt: 3,
+            rnr_retry: 7,
+            to: QpState::Rts,
+        }
+    }
+}
+
+pub struct Duo {
+    pub e: [End; 2],
+    pub now: u64,
+    pub recv_seq: [u64; 2],
+}
+
+fn mk_end(i: usize, srq: bool) -> End {
+    let mem = SimMem::default();
+    mem.add_mr(SRC, SRC_VA, 1 << 16, ACCESS_LOCAL_WRITE);
+    mem.add_mr(DST, DST_VA, 1 << 16, ACCESS_LOCAL_WRITE);
+    mem.add_mr(
+        RMT,
+        RMT_VA,
+        1 << 16,
+        ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
+    );
+    mem.add_mr(ATM, ATM_VA, 64, ACCESS_REMOTE_ATOMIC);
+    let qp = SimQp::new(
+        QpCreate {
+            qp_type: QpType::Rc,
+            qpn: 0x11 + i as u32,
+            srq,
+        },
+        vec![SendSlot::default(); 16],
+        vec![RecvSlot::default(); 16],
+    )
+    .expect("RC");
+    End {
+        qp,
+        out: SimOut::new(mem.clone()),
+        mem,
+        paths: [path(i, 0), path(i, 1)],
+    }
+}
+
+impl Duo {
+    pub fn new(o: Opts) -> Duo {
+        let mut d = Duo {
+            e: [mk_end(0, o.srq[0]), mk_end(1, o.srq[1])],
+            now: 0,
+            recv_seq: [0, 0],
+        };
+        for i in 0..2 {
+            d.to_init(i);
+            for _ in 0..o.pre_rtr_recvs[i] {
+                d.post_recv(i, 4096).expect("recv");
+            }
+        }
+        if o.to == QpState::Init {
+            return d;
+        }
+        for i in 0..2 {
+            d.to_rtr(i, &o);
+        }
+        if o.to == QpState::Rtr {
+            return d;
+        }
+        for i in 0..2 {
+            d.to_rts(i, &o);
+        }
+        d
+    }
+
+    fn to_init(&mut self, i: usize) {
+        let e = &mut self.e[i];
+        let a = QpAttrs {
+            qp_state: QpState::Init,
+            qp_access_flags: ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC,
+            ..QpAttrs::default()
+        };
+        let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
+        e.qp.modify(0, &a, m, &mut e.out).expect("INIT");
+    }
+
+    fn to_rtr(&mut self, i: usize, o: &Opts) {
+        let e = &mut self.e[i];
+        let a = QpAttrs {
+            qp_state: QpState::Rtr,
+            path: e.paths[0],
+            path_mtu: 1,
+            dest_qp_num: 0x11 + (1 - i) as u32,
+            rq_psn: if i == 0 { PSN_B } else { PSN_A },
+            max_dest_rd_atomic: o.max_dest_rd_atomic,
+            min_rnr_timer: 3,
+            ..QpAttrs::default()
+        };
+        let m = AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER;
+        e.qp.modify(0, &a, m, &mut e.out).expect("RTR");
+    }
+
+    fn to_rts(&mut self, i: usize, o: &Opts) {
+        let e = &mut self.e[i];
+        let mut a = QpAttrs {
+            qp_state: QpState::Rts,
+            timeout: 8,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
+            sq_psn: if i == 0 { PSN_A } else { PSN_B },
+            max_rd_atomic: o.max_rd_atomic,
+            ..QpAttrs::default()
+        };
+        let mut m = AttrMask::STATE
+            | AttrMask::TIMEOUT
+            | AttrMask::RETRY_CNT
+            | AttrMask::RNR_RETRY
+            | AttrMask::SQ_PSN
+            | AttrMask::MAX_QP_RD_ATOMIC;
+        if o.armed {
+            a.alt_path = e.paths[1];
+            a.path_mig_state = MigState::Rearm;
+            m = m | AttrMask::ALT_PATH | AttrMask::PATH_MIG_STATE;
+        }
+        e.qp.modify(0, &a, m, &mut e.out).expect("RTS");
+    }
+
+    pub fn post_recv(&mut self, i: usize, len: u32) -> Result<(), PostError> {
+        let k = self.recv_seq[i];
+        self.recv_seq[i] += 1;
+        let e = &mut self.e[i];
+        let wr = RecvWr {
+            wr_id: 1000 + k,
+            sg: SgList::from_slice(&[Sge {
+                addr: DST_VA + (k % 8) * 4096,
+                length: len,
+                lkey: DST,
+            }])
+            .expect("sg"),
+        };
+        e.qp.post_recv(&wr, &mut e.out)
+    }
+
+    pub fn post(&mut self, i: usize, wr: SendWr) -> Result<(), PostError> {
+        let e = &mut self.e[i];
+        e.qp.post_send(&wr, &mut e.out)
+    }
+
+    pub fn progress(&mut self, i: usize) -> usize {
+        let now = self.now;
+        let e = &mut self.e[i];
+        e.qp.progress(now, 64, &mut e.mem, &mut e.out)
+    }
+
+    /// Takes the packets node `i` transmitted (decoded).
+    pub fn take(&mut self, i: usize) -> Vec<(Headers, Vec<u8>, u8)> {
+        std::mem::take(&mut self.e[i].out.tx)
+            .into_iter()
+            .map(|p| {
+                let (h, pl) = Headers::decode_with_payload(&p.bytes).expect("decodable");
+                (h, pl.to_vec(), p.path.port_num)
+            })
+            .collect()
+    }
+
+    /// Delivers one packet to node `to` as if it came over link `port - 1`.
+    pub fn deliver(&mut self, to: usize, h: &Headers, payload: &[u8], port: u8) {
+        let link = (port as usize).saturating_sub(1);
+        let pm = PathMatch {
+            port_num: port,
+            sgid: gid(1 - to, link),
+            dgid: gid(to, link),
+        };
+        let now = self.now;
+        let e = &mut self.e[to];
+        e.qp.receive(now, h, payload, &pm, &mut e.mem, &mut e.out);
+    }
+
+    /// Moves everything node `from` sent to the peer.
+    pub fn flow(&mut self, from: usize) -> usize {
+        let pk = self.take(from);
+        let n = pk.len();
+        for (h, p, port) in pk {
+            self.deliver(1 - from, &h, &p, port);
+        }
+        n
+    }
+
+    /// Runs both sides until nothing moves.
+    pub fn pump(&mut self) {
+        for _ in 0..1000 {
+            let mut moved = 0;
+            for i in 0..2 {
+                self.progress(i);
+                moved += self.flow(i);
+            }
+            if moved == 0 {
+                return;
+            }
+        }
+        panic!("pump did not settle");
+    }
+
+    pub fn fire(&mut self, i: usize, t: Timer) {
+        let d = self.e[i].out.timers[timer_index(t)]
+            .take()
+            .expect("timer armed");
+        self.now = self.now.max(d);
+        let now = self.now;
+        let e = &mut self.e[i];
+        e.qp.timer_expired(now, t, &mut e.out);
+    }
+
+    pub fn state(&self, i: usize) -> QpState {
+        self.e[i].qp.state()
+    }
+}
+
+fn fill(mem: &SimMem, key: u32, va: u64, data: &[u8]) {
+    mem.0.borrow_mut().write(key, va, data).expect("fill");
+}
+
+fn send_wr(id: u64, op: SendOpcode, len: u32) -> SendWr {
+    let mut wr = SendWr::new(id, op);
+    wr.sg = SgList::from_slice(&[Sge {
+        addr: SRC_VA,
+        length: len,
+        lkey: SRC,
+    }])
+    .expect("sg");
+    if op.is_write() {
+        wr.remote_addr = RMT_VA;
+        wr.rkey = RMT;
+    }
+    wr
+}
+
+fn aeth_of(h: &Headers) -> Aeth {
+    h.aeth.expect("AETH")
+}
+
+fn is_nak(h: &Headers, code: NakCode) -> bool {
+    h.bth.opcode == Opcode::RcAcknowledge && aeth_of(h).syndrome == Syndrome::Nak(code)
+}
+
+/// A request from node 0 to node 1 as raw headers (for malformed-packet tests).
+fn req(opcode: Opcode, psn: u32) -> Headers {
+    let mut h = Headers::new(Bth::new(opcode, 0x12, Psn::new(psn)));
+    let info = opcode.info();
+    if info.has_reth {
+        h.reth = Some(Reth {
+            va: RMT_VA,
+            rkey: RMT,
+            dma_len: 0,
+        });
+    }
+    if info.has_atomic_eth {
+        h.atomic_eth = Some(AtomicEth {
+            va: ATM_VA,
+            rkey: ATM,
+            swap_add: 1,
+            compare: 0,
+        });
+    }
+    if info.has_immdt {
+        h.immdt = Some(rvrdma_core::wire::ImmDt { imm: 7 });
+    }
+    h
+}
+
+// ---- seed 003: end-to-end credits ---------------------------------------------------------
+
+#[test]
+fn seed003_rq_credit_count_zero_at_reset_one_per_posted_receive() {
+    let mut d = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 0);
+    d.post_recv(1, 64).expect("post in Init");
+    d.post_recv(1, 64).expect("post in Init");
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 2);
+    let e = &mut d.e[1];
+    let a = QpAttrs {
+        qp_state: QpState::Reset,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("to Reset");
+    assert_eq!(e.qp.rq_logic().credits(), 0);
+}
+
+#[test]
+fn seed003_initial_unsolicited_ack_on_entering_rtr() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "exactly one unsolicited ACK");
+    let h = &p[0].0;
+    assert_eq!(h.bth.opcode, Opcode::RcAcknowledge);
+    assert_eq!(h.bth.psn, Psn::new(PSN_A).prev(), "PSN = ePSN - 1");
+    let a = aeth_of(h);
+    assert_eq!(a.msn, 0);
+    assert_eq!(
+        a.syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(3)
+        }
+    );
+}
+
+#[test]
+fn seed003_srq_reports_invalid_credit_code() {
+    let mut d = Duo::new(Opts {
+        srq: [false, true],
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    let p = d.take(1);
+    assert_eq!(
+        aeth_of(&p[0].0).syndrome,
+        Syndrome::Ack {
+            credit: CREDIT_CODE_INVALID
+        }
+    );
+}
+
+#[test]
+fn seed003_msn_plus_credits_gives_lsn() {
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.take(1);
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(5, 3));
+    d.deliver(0, &h, &[], 1);
+    assert_eq!(d.e[0].qp.sq_logic().credit_limit(), CreditLimit::Lsn(8));
+}
+
+#[test]
+fn seed003_no_credit_only_first_packet_with_ackreq() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // initial ACK: 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1, "only the first packet without credit");
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendFirst);
+    assert!(p[0].0.bth.ack_req, "AckReq on the uncredited first packet");
+    // The responder has a WQE now: the first packet is accepted and ACKed, then the rest go.
+    d.post_recv(1, 4096).expect("recv");
+    d.take(1);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    d.flow(1);
+    d.progress(0);
+    let rest = d.take(0);
+    assert_eq!(rest.len(), 2, "remaining packets after the ACK");
+    assert_eq!(rest[1].0.bth.opcode, Opcode::RcSendLast);
+}
+
+#[test]
+fn seed003_write_imm_without_credit_sends_all_packets_ackreq_on_last() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::RdmaWriteWithImm, 3 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 3, "all WriteImm packets, then wait");
+    assert!(p[2].0.bth.ack_req);
+    assert_eq!(p[2].0.bth.opcode, Opcode::RcRdmaWriteLastWithImmediate);
+}
+
+#[test]
+fn seed003_wqes_needing_no_rq_wqe_add_one_to_lsn() {
+    // One credit (LSN = 1). WQE 1 is an RDMA Write (LSN + 1 = 2), so WQE 2, a Send, is
+    // within the LSN and goes out whole.
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 4);
+}
+
+#[test]
+fn seed003_unlimited_peer_reporting_0x1f_is_never_throttled() {
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.take(1);
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.deliver(0, &h, &[], 1);
+    for k in 0..4 {
+        d.post(0, send_wr(k, SendOpcode::Send, 2 * MTU))
+            .expect("post");
+    }
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 8);
+}
+
+#[test]
+fn seed003_no_credit_check_on_retransmission() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 1); // lost
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(
+        p.len(),
+        1,
+        "the first packet is retransmitted without credit"
+    );
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A));
+}
+
+#[test]
+fn seed003_no_reordering_of_the_sq() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1, "the Write must not overtake the stalled Send");
+}
+
+#[test]
+fn seed003_fence_waits_for_earlier_reads() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    let mut rd = SendWr::new(1, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 100,
+        lkey: DST,
+    }])
+    .expect("sg");
+    rd.remote_addr = RMT_VA;
+    rd.rkey = RMT;
+    d.post(0, rd).expect("post");
+    let mut s = send_wr(2, SendOpcode::Send, 10);
+    s.flags = SendFlags(SendFlags::SIGNALED | SendFlags::FENCE);
+    d.post(0, s).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1, "only the read; the fenced send waits");
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    d.progress(1);
+    d.flow(1);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendOnly);
+}
+
+#[test]
+fn seed003_unsolicited_ack_when_receives_posted_to_stalled_peer() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1); // initial ACK said 0 credits
+    d.post_recv(1, 64).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "unsolicited ACK with the new credit");
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A).prev());
+    assert_eq!(
+        aeth_of(&p[0].0).syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(1)
+        }
+    );
+}
+
+#[test]
+fn seed003_ack_carries_current_credit_count() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 5],
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    let p = d.take(1);
+    let a = aeth_of(&p[0].0);
+    assert_eq!(
+        a.syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(4)
+        }
+    );
+    assert_eq!(a.msn, 1);
+}
+
+// ---- seed 001: Table 17-7 ------------------------------------------------------------------
+
+#[test]
+fn seed001_class_b_psn_sequence_error_nak_sent_once() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.take(1);
+    let h = req(Opcode::RcSendOnly, PSN_A + 2);
+    d.deliver(1, &h, &[1], 1);
+    d.deliver(1, &h, &[1], 1);
+    let h3 = req(Opcode::RcSendOnly, PSN_A + 3);
+    d.deliver(1, &h3, &[1], 1);
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "one NAK per sequence error");
+    assert!(is_nak(&p[0].0, NakCode::PsnSequenceError));
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A), "NAK carries the ePSN");
+    assert_eq!(d.state(1), QpState::Rts);
+}
+
+#[test]
+fn seed001_class_b_rnr_nak_with_min_rnr_timer() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1, 2, 3], 1);
+    let p = d.take(1);
+    assert_eq!(p.len(), 1);
+    assert_eq!(aeth_of(&p[0].0).syndrome, Syndrome::RnrNak { timer: 3 });
+    assert_eq!(d.state(1), QpState::Rts, "no other action");
+    assert_eq!(d.e[1].qp.rq_logic().epsn(), PSN_A);
+}
+
+fn class_c_with_wqe_in_use(second: Opcode) {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        ..Opts::default()
+    });
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendFirst, PSN_A), &[0u8; MTU as usize], 1);
+    d.take(1);
+    d.deliver(1, &req(second, PSN_A + 1), &[0u8; MTU as usize], 1);
+    let p = d.take(1);
+    assert!(is_nak(&p[0].0, NakCode::InvalidRequest));
+    assert_eq!(d.state(1), QpState::Error);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(c.len(), 3);
+    assert_eq!(
+        c[0].status,
+        WcStatus::RemInvReqErr,
+        "current WQE retired with the error"
+    );
+    assert!(
+        c[1..].iter().all(|w| w.status == WcStatus::WrFlushErr),
+        "rest flushed"
+    );
+}
+
+#[test]
+fn seed001_class_c_first_where_middle_or_last_expected() {
+    class_c_with_wqe_in_use(Opcode::RcSendFirst);
+    class_c_with_wqe_in_use(Opcode::RcSendOnly);
+}
+
+#[test]
+fn seed001_class_c_middle_or_last_where_first_expected() {
+    for op in [Opcode::RcSendMiddle, Opcode::RcSendLast] {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [0, 2],
+            ..Opts::default()
+        });
+        d.take(1);
+        d.deliver(1, &req(op, PSN_A), &[0u8; MTU as usize], 1);
+        let p = d.take(1);
+        assert!(is_nak(&p[0].0, NakCode::InvalidRequest));
+        assert_eq!(d.state(1), QpState::Error);
+        // No RQ WQE was in use: affiliated async event, then the RQ is flushed.
+        assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr));
+        assert!(d.e[1]
+            .out
+            .recv_cqes
+            .iter()
+            .all(|w| w.status == WcStatus::WrFlushErr));
+    }
+}
+
+#[test]
+fn seed001_class_c_r_key_violation_nak_and_access_error_event() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: 0xdead,
+        dma_len: 4,
+    });
+    d.deliver(1, &h, &[1, 2, 3, 4], 1);
+    let p = d.take(1);
+    assert!(is_nak(&p[0].0, NakCode::RemoteAccessError));
+    assert!(d.e[1].out.has_event(AsyncEvent::QpAccessErr));
+    assert_eq!(d.state(1), QpState::Error);
+    // Out of bounds of a valid MR: same, and memory untouched.
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A);
+    h.reth = Some(Reth {
+        va: RMT_VA + (1 << 16) - 2,
+        rkey: RMT,
+        dma_len: 4,
+    });
+    d.deliver(1, &h, &[9, 9, 9, 9], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
+    let m = d.e[1].mem.0.borrow();
+    assert_eq!(
+        m.read(RMT, RMT_VA + (1 << 16) - 2, 2).expect("read"),
+        vec![0, 0]
+    );
+}
+
+#[test]
+fn seed001_class_c_misaligned_atomic_va() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcFetchAdd, PSN_A);
+    h.atomic_eth = Some(AtomicEth {
+        va: ATM_VA + 4,
+        rkey: ATM,
+        swap_add: 1,
+        compare: 0,
+    });
+    d.deliver(1, &h, &[], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
+    assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr));
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 0);
+}
+
+#[test]
+fn seed001_class_c_too_many_rdma_read_or_atomic_requests() {
+    let mut d = Duo::new(Opts {
+        max_dest_rd_atomic: 1,
+        ..Opts::default()
+    });
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaReadRequest, PSN_A);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 8,
+    });
+    d.deliver(1, &h, &[], 1);
+    let mut h2 = h;
+    h2.bth.psn = Psn::new(PSN_A + 1);
+    d.deliver(1, &h2, &[], 1);
+    let p = d.take(1);
+    assert!(is_nak(&p[0].0, NakCode::InvalidRequest));
+    assert_eq!(d.state(1), QpState::Error);
+}
+
+#[test]
+fn seed001_class_c_length_error_send_exceeds_receive_buffers() {
+    let mut d = Duo::new(Opts::default());
+    d.post_recv(1, 10).expect("recv");
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[7u8; 100], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
+    assert_eq!(d.e[1].out.recv_cqes[0].status, WcStatus::LocLenErr);
+    assert_eq!(d.state(1), QpState::Error);
+}
+
+#[test]
+fn seed001_class_c_payload_length_inconsistent_with_opcode() {
+    // First must carry exactly PMTU; Only at most PMTU; Last 1..=PMTU.
+    for (op, len) in [
+        (Opcode::RcSendFirst, MTU as usize - 1),
+        (Opcode::RcSendOnly, MTU as usize + 4),
+    ] {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [0, 1],
+            ..Opts::default()
+        });
+        d.take(1);
+        d.deliver(1, &req(op, PSN_A), &vec![0u8; len], 1);
+        assert!(
+            is_nak(&d.take(1)[0].0, NakCode::InvalidRequest),
+            "{op:?} {len}"
+        );
+    }
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendFirst, PSN_A), &[0u8; MTU as usize], 1);
+    d.deliver(1, &req(Opcode::RcSendLast, PSN_A + 1), &[], 1);
+    let p = d.take(1);
+    assert!(
+        is_nak(&p.last().expect("nak").0, NakCode::InvalidRequest),
+        "empty Last"
+    );
+}
+
+#[test]
+fn seed001_class_c_rdma_write_payload_differs_from_dma_length() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 8,
+    });
+    d.deliver(1, &h, &[1, 2, 3, 4], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
+}
+
+#[test]
+fn seed001_class_a_malformed_rq_wqe_flushes_rq_and_sq() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let e = &mut d.e[1];
+    let bad = RecvWr {
+        wr_id: 77,
+        sg: SgList::from_slice(&[Sge {
+            addr: DST_VA,
+            length: 64,
+            lkey: 0xbad,
+        }])
+        .expect("sg"),
+    };
+    e.qp.post_recv(&bad, &mut e.out).expect("post");
+    d.post_recv(1, 64).expect("recv");
+    d.post(1, send_wr(5, SendOpcode::RdmaWrite, 4))
+        .expect("send");
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1, 2], 1);
+    let p = d.take(1);
+    assert!(is_nak(&p[0].0, NakCode::RemoteOperationalError));
+    assert_eq!(d.state(1), QpState::Error);
+    let rc = &d.e[1].out.recv_cqes;
+    assert_eq!(rc[0].wr_id, 77);
+    assert_eq!(rc[0].status, WcStatus::LocQpOpErr);
+    assert_eq!(rc[1].status, WcStatus::WrFlushErr);
+    assert_eq!(d.e[1].out.send_cqes[0].status, WcStatus::WrFlushErr);
+}
+
+#[test]
+fn seed001_class_d_invalid_duplicate_atomic_silently_dropped() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    // ePSN moves past PSN_A + 1 with two writes; then an "atomic" at PSN_A (a duplicate PSN
+    // with no saved atomic result).
+    for k in 0..2 {
+        let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + k);
+        h.reth = Some(Reth {
+            va: RMT_VA,
+            rkey: RMT,
+            dma_len: 1,
+        });
+        d.deliver(1, &h, &[1], 1);
+    }
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcFetchAdd, PSN_A), &[], 1);
+    d.progress(1);
+    assert!(d.take(1).is_empty(), "no ACK, no NAK");
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 0);
+    assert_eq!(d.state(1), QpState::Rts);
+}
+
+#[test]
+fn seed001_duplicate_atomic_replays_saved_result_executes_once() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let h = req(Opcode::RcFetchAdd, PSN_A);
+    d.deliver(1, &h, &[], 1);
+    d.progress(1);
+    let r1 = d.take(1);
+    d.deliver(1, &h, &[], 1);
+    d.progress(1);
+    let r2 = d.take(1);
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 1);
+    assert_eq!(r1[0].0.atomic_ack_eth, r2[0].0.atomic_ack_eth);
+    assert_eq!(r2[0].0.bth.psn, Psn::new(PSN_A));
+}
+
+#[test]
+fn seed001_duplicate_read_is_executed_again() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 300]);
+    let mut h = req(Opcode::RcRdmaReadRequest, PSN_A);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 300,
+    });
+    d.deliver(1, &h, &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 2);
+    d.deliver(1, &h, &[], 1);
+    d.progress(1);
+    let p = d.take(1);
+    assert_eq!(p.len(), 2);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaReadResponseFirst);
+}
+
+#[test]
+fn seed001_duplicate_send_acked_not_executed_again() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    d.take(1);
+    let mut h = req(Opcode::RcSendOnly, PSN_A);
+    h.bth.ack_req = true;
+    d.deliver(1, &h, &[1, 2, 3], 1);
+    d.deliver(1, &h, &[1, 2, 3], 1);
+    let p = d.take(1);
+    assert_eq!(p.len(), 2, "ACK and re-ACK");
+    assert!(p.iter().all(|(h, _, _)| aeth_of(h).syndrome.is_ack()));
+    assert_eq!(d.e[1].out.recv_cqes.len(), 1, "executed once");
+}
+
+#[test]
+fn seed001_class_g_cq_overflow_qp_to_error_no_cqes() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        ..Opts::default()
+    });
+    d.take(1);
+    d.e[1].out.cq_cap = 0;
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    assert_eq!(d.state(1), QpState::Error);
+    assert!(d.e[1].out.recv_cqes.is_empty(), "no CQEs");
+    assert!(d.e[1].out.has_event(AsyncEvent::CqErr));
+    assert!(d.e[1].out.has_event(AsyncEvent::QpFatal));
+    assert_eq!(d.e[1].qp.rq_logic().outstanding(), 3, "no WQE retired");
+}
+
+// ---- requester / completer -----------------------------------------------------------------
+
+#[test]
+fn requester_segmentation_and_end_to_end_transfer() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    let data: Vec<u8> = (0..700u32).map(|x| x as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::SendWithImm, 700))
+        .expect("post");
+    d.pump();
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(
+        (c.opcode, c.byte_len, c.status),
+        (WcOpcode::Recv, 700, WcStatus::Success)
+    );
+    let got = d.e[1].mem.0.borrow().read(DST, DST_VA, 700).expect("read");
+    assert_eq!(got, data);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+}
+
+#[test]
+fn requester_psn_sequence_nak_retransmits_from_nak_psn() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    d.deliver(1, &p[2].0, &p[2].1, 1); // p[1] lost
+    d.flow(1);
+    d.progress(0);
+    let r = d.take(0);
+    assert_eq!(r[0].0.bth.psn, p[1].0.bth.psn, "go back to the NAKed PSN");
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1);
+}
+
+#[test]
+fn requester_rnr_nak_waits_then_retries_rnr_retry_7_infinite() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 0],
+        rnr_retry: 7,
+        ..Opts::default()
+    });
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.take(1);
+    d.deliver(0, &h, &[], 1);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    for _ in 0..20 {
+        d.progress(0);
+        d.flow(0);
+        d.flow(1); // RNR NAK
+        assert!(d.e[0].out.timers[timer_index(Timer::Rnr)].is_some());
+        d.progress(0);
+        assert!(d.take(0).is_empty(), "waits for the RNR timer");
+        d.fire(0, Timer::Rnr);
+    }
+    assert_eq!(d.state(0), QpState::Rts);
+    assert!(d.e[0].out.send_cqes.is_empty());
+}
+
+#[test]
+fn requester_rnr_retry_exhausted_completes_with_rnr_retry_exc_err() {
+    let mut d = Duo::new(Opts {
+        rnr_retry: 1,
+        ..Opts::default()
+    });
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.take(1);
+    d.deliver(0, &h, &[], 1);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
+    for _ in 0..2 {
+        d.progress(0);
+        d.flow(0);
+        d.flow(1);
+        if d.state(0) == QpState::Error {
+            break;
+        }
+        d.fire(0, Timer::Rnr);
+    }
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c[0].status, WcStatus::RnrRetryExcErr);
+    assert_eq!(c[1].status, WcStatus::WrFlushErr);
+}
+
+#[test]
+fn requester_remote_access_nak_error_completion_and_flush() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    let mut w = send_wr(1, SendOpcode::RdmaWrite, 8);
+    w.rkey = 0xbad;
+    d.post(0, w).expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8))
+        .expect("post");
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c[0].status, WcStatus::RemAccessErr);
+    assert_eq!(c[1].status, WcStatus::WrFlushErr);
+    assert_eq!(d.state(0), QpState::Error);
+}
+
+#[test]
+fn requester_local_ack_timeout_formula_and_infinite() {
+    assert_eq!(local_ack_timeout_ns(0), None);
+    assert_eq!(local_ack_timeout_ns(1), Some(8192));
+    assert_eq!(local_ack_timeout_ns(14), Some(4096 << 14));
+}
+
+#[test]
+fn requester_read_and_atomic_responses_fill_local_memory() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    fill(&d.e[1].mem, RMT, RMT_VA, &[0xAB; 600]);
+    let mut rd = SendWr::new(1, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 600,
+        lkey: DST,
+    }])
+    .expect("sg");
+    rd.remote_addr = RMT_VA;
+    rd.rkey = RMT;
+    d.post(0, rd).expect("post");
+    let mut fa = SendWr::new(2, SendOpcode::AtomicFetchAndAdd);
+    fa.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA + 1024,
+        length: 8,
+        lkey: DST,
+    }])
+    .expect("sg");
+    fa.remote_addr = ATM_VA;
+    fa.rkey = ATM;
+    fa.compare_add = 5;
+    d.post(0, fa).expect("post");
+    d.post(0, fa).expect("post");
+    d.pump();
+    let m = d.e[0].mem.0.borrow();
+    assert_eq!(m.read(DST, DST_VA, 600).expect("r"), vec![0xAB; 600]);
+    assert_eq!(
+        m.read(DST, DST_VA + 1024, 8).expect("r"),
+        5u64.to_ne_bytes().to_vec()
+    );
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+}
+
+#[test]
+fn requester_psn_24_bit_wrap() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    // Restart node 0's SQ at 0xFFFFFE and node 1's ePSN to match.
+    let _ = &mut d;
+    let mut d = {
+        let mut e = [mk_end(0, false), mk_end(1, false)];
+        let o = Opts::default();
+        let mut dd = Duo {
+            e: [mk_end(0, false), mk_end(1, false)],
+            now: 0,
+            recv_seq: [0, 0],
+        };
+        std::mem::swap(&mut dd.e, &mut e);
+        for i in 0..2 {
+            dd.to_init(i);
+        }
+        dd.post_recv(1, 4096).expect("recv");
+        for i in 0..2 {
+            let ee = &mut dd.e[i];
+            let a = QpAttrs {
+                qp_state: QpState::Rtr,
+                path: ee.paths[0],
+                path_mtu: 1,
+                dest_qp_num: 0x11 + (1 - i) as u32,
+                rq_psn: 0xFF_FFFE,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 3,
+                ..QpAttrs::default()
+            };
+            let m = AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
+                | AttrMask::MAX_DEST_RD_ATOMIC
+                | AttrMask::MIN_RNR_TIMER;
+            ee.qp.modify(0, &a, m, &mut ee.out).expect("RTR");
+            let a = QpAttrs {
+                qp_state: QpState::Rts,
+                timeout: 8,
+                retry_cnt: o.retry_cnt,
+                rnr_retry: 7,
+                sq_psn: 0xFF_FFFE,
+                max_rd_atomic: 4,
+                ..QpAttrs::default()
+            };
+            let m = AttrMask::STATE
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::SQ_PSN
+                | AttrMask::MAX_QP_RD_ATOMIC;
+            ee.qp.modify(0, &a, m, &mut ee.out).expect("RTS");
+        }
+        dd
+    };
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::Send, 4 * MTU))
+        .expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[0].qp.sq_logic().una(), 2);
+}
+
+#[test]
+fn responder_acks_at_message_end_and_every_n_packets() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    // A 20-packet RDMA Write without AckReq except the last: ACKs at 8, 16 and the end.
+    let n = 20u32;
+    for k in 0..n {
+        let op = match k {
+            0 => Opcode::RcRdmaWriteFirst,
+            x if x == n - 1 => Opcode::RcRdmaWriteLast,
+            _ => Opcode::RcRdmaWriteMiddle,
+        };
+        let mut h = req(op, PSN_A + k);
+        if k == 0 {
+            h.reth = Some(Reth {
+                va: RMT_VA,
+                rkey: RMT,
+                dma_len: n * MTU,
+            });
+        }
+        d.deliver(1, &h, &[0u8; MTU as usize], 1);
+    }
+    let acks = d.take(1);
+    assert_eq!(acks.len(), 3);
+    assert_eq!(acks[2].0.bth.psn, Psn::new(PSN_A + n - 1));
+}
+
+// ---- seeds 000 / 002: APM ------------------------------------------------------------------
+
+fn armed_duo() -> Duo {
+    let mut d = Duo::new(Opts {
+        armed: true,
+        pre_rtr_recvs: [4, 4],
+        ..Opts::default()
+    });
+    // Packets with MigReq=0 both ways arm both sides (Rearm -> Armed, seed 002).
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.post(1, send_wr(1, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.pump();
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Armed);
+    assert_eq!(d.e[1].qp.mig_state(), MigState::Armed);
+    d
+}
+
+#[test]
+fn seed002_rearm_becomes_armed_on_migreq_0() {
+    let d = armed_duo();
+    assert!(!d.e[0].out.has_event(AsyncEvent::PathMig));
+}
+
+#[test]
+fn seed000_retry_exhaustion_while_armed_migrates() {
+    let mut d = armed_duo();
+    d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    d.take(0); // lost on the dying primary
+    for _ in 0..4 {
+        d.fire(0, Timer::Retransmit);
+        d.progress(0);
+        d.take(0);
+    }
+    assert!(
+        d.e[0].out.has_event(AsyncEvent::PathMig),
+        "migrated on exhaustion"
+    );
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
+    assert_eq!(d.e[0].qp.sq_logic().retry_left(), 3, "retry count reloaded");
+    d.progress(0);
+    let p = if d.e[0].out.tx.is_empty() {
+        d.fire(0, Timer::Retransmit);
+        d.progress(0);
+        d.take(0)
+    } else {
+        d.take(0)
+    };
+    let (h, pl, port) = &p[0];
+    assert!(h.bth.mig_req, "MigReq=1 after migration");
+    assert_eq!(*port, 2, "sent over the alternate path");
+    // The peer accepts it over its alternate path and migrates too.
+    d.deliver(1, h, pl, *port);
+    assert!(d.e[1].out.has_event(AsyncEvent::PathMig));
+    assert_eq!(d.e[1].qp.primary_path().port_num, 2);
+    d.pump();
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+}
+
+#[test]
+fn seed000_retry_exhaustion_unarmed_retry_exc_err_and_flush() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.pump();
+    for k in 0..3 {
+        d.post(0, send_wr(k, SendOpcode::Send, 10)).expect("post");
+    }
+    d.progress(0);
+    d.take(0);
+    for _ in 0..4 {
+        d.fire(0, Timer::Retransmit);
+        d.progress(0);
+        d.take(0);
+    }
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c.len(), 3);
+    assert_eq!(c[0].status, WcStatus::RetryExcErr);
+    assert!(c[1..].iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert_eq!(d.state(0), QpState::Error);
+    assert!(!d.e[0].out.has_event(AsyncEvent::PathMig));
+}
+
+#[test]
+fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
+    let mut d = armed_duo();
+    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 1,
+    });
+    h.bth.mig_req = true;
+    // Arrives over the primary (port 1), which is not the alternate path.
+    d.deliver(1, &h, &[1], 1);
+    assert!(d.e[1].out.has_event(AsyncEvent::PathMigErr));
+    assert_eq!(d.e[1].qp.mig_state(), MigState::Armed, "state unchanged");
+    assert!(d.take(1).is_empty(), "silently dropped");
+}
+
+#[test]
+fn seed000_migreq_match_migrates_the_responder() {
+    let mut d = armed_duo();
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 1,
+    });
+    h.bth.mig_req = true;
+    h.bth.ack_req = true;
+    d.deliver(1, &h, &[1], 2);
+    assert!(d.e[1].out.has_event(AsyncEvent::PathMig));
+    let p = d.take(1);
+    assert_eq!(p[0].2, 2, "the ACK leaves over the new path");
+    assert!(p[0].0.bth.mig_req);
+}
+
+// ---- seed 004 and the state machine --------------------------------------------------------
+
+#[test]
+fn seed004_init_refuses_post_send_at_once() {
+    let mut d = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    assert_eq!(
+        d.post(0, send_wr(1, SendOpcode::Send, 1)),
+        Err(PostError::InvalidState)
+    );
+    assert!(d.e[0].out.send_cqes.is_empty());
+}
+
+#[test]
+fn seed004_init_accepts_receives_and_drops_inbound_packets() {
+    let mut d = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    d.post_recv(1, 64)
+        .expect("receive WRs can be posted in Init");
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    assert!(d.take(1).is_empty());
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    assert_eq!(d.e[1].qp.counters().dropped, 1);
+}
+
+#[test]
+fn comm_est_raised_for_first_packet_in_rtr() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A + 1), &[1], 1);
+    let n = d.e[1]
+        .out
+        .events
+        .iter()
+        .filter(|(e, _)| *e == AsyncEvent::CommEst)
+        .count();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn sqd_drains_and_raises_sq_drained_only_if_requested() {
+    for notify in [false, true] {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [0, 4],
+            ..Opts::default()
+        });
+        d.pump();
+        d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+        d.progress(0);
+        let e = &mut d.e[0];
+        let a = QpAttrs {
+            qp_state: QpState::Sqd,
+            en_sqd_async_notify: notify,
+            ..QpAttrs::default()
+        };
+        let mut m = AttrMask::STATE;
+        if notify {
+            m = m | AttrMask::EN_SQD_ASYNC_NOTIFY;
+        }
+        e.qp.modify(0, &a, m, &mut e.out).expect("SQD");
+        d.post(0, send_wr(2, SendOpcode::Send, 10))
+            .expect("held in SQD");
+        assert!(!d.e[0].out.has_event(AsyncEvent::SqDrained), "in flight");
+        d.pump();
+        assert_eq!(d.e[0].out.has_event(AsyncEvent::SqDrained), notify);
+        assert_eq!(d.e[0].out.send_cqes.len(), 1, "the held WR did not start");
+    }
+}
+
+#[test]
+fn error_flushes_both_queues_in_order() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [3, 0],
+        ..Opts::default()
+    });
+    for k in 0..3 {
+        d.post(0, send_wr(k, SendOpcode::Send, 10)).expect("post");
+    }
+    let e = &mut d.e[0];
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("ERR");
+    let s: Vec<u64> = d.e[0].out.send_cqes.iter().map(|c| c.wr_id).collect();
+    assert_eq!(s, vec![0, 1, 2]);
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::WrFlushErr));
+    assert_eq!(d.e[0].out.recv_cqes.len(), 3);
+    d.post(0, send_wr(9, SendOpcode::Send, 1))
+        .expect("accepted in Error");
+    assert_eq!(
+        d.e[0].out.send_cqes.last().map(|c| c.status),
+        Some(WcStatus::WrFlushErr)
+    );
+}
+
+#[test]
+fn srq_qp_entering_error_raises_last_wqe_reached() {
+    let mut d = Duo::new(Opts {
+        srq: [true, false],
+        ..Opts::default()
+    });
+    let e = &mut d.e[0];
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("ERR");
+    assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
+}
+
+// ---- malicious peer: nothing panics ----------------------------------------------------------
+
+#[test]
+fn garbage_packets_never_panic() {
+    let mut rng = Rng::new(42);
+    for round in 0..40 {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [2, 2],
+            armed: round % 2 == 0,
+            ..Opts::default()
+        });
+        for _ in 0..500 {
+            let mut bytes: Vec<u8> = (0..rng.below(200) + 12)
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            // Make some of them plausible: our QPN, RC opcodes, PSNs near the window.
+            if rng.chance(700) {
+                bytes[0] = (rng.below(0x18)) as u8;
+                bytes[1] &= 0xCF;
+                bytes[5] = 0;
+                bytes[6] = 0;
+                bytes[7] = 0x11 + rng.below(2) as u8;
+                if rng.chance(500) {
+                    let psn = PSN_A.wrapping_add(rng.below(8) as u32).wrapping_sub(3);
+                    bytes[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+                }
+            }
+            let to = rng.below(2) as usize;
+            if let Ok((mut h, p)) = Headers::decode_with_payload(&bytes) {
+                h.bth.dest_qp = 0x11 + to as u32;
+                if let Some(r) = h.reth.as_mut() {
+                    if rng.chance(500) {
+                        r.rkey = RMT;
+                        r.dma_len = rng.below(1 << 20) as u32;
+                    }
+                }
+                let port = 1 + rng.below(2) as u8;
+                d.deliver(to, &h, p, port);
+            }
+            // Also arbitrary, inconsistent header structs.
+            let mut h = Headers::new(Bth::new(
+                Opcode::RcRdmaWriteOnly,
+                0x12,
+                Psn::new(rng.next_u64() as u32),
+            ));
+            h.reth = Some(Reth {
+                va: rng.next_u64(),
+                rkey: rng.below(6) as u32,
+                dma_len: rng.next_u64() as u32,
+            });
+            if rng.chance(300) {
+                h.aeth = Some(Aeth::nak(1, NakCode::InvalidRequest));
+            }
+            d.deliver(1, &h, &[0u8; 3], 1);
+            d.progress(0);
+            d.progress(1);
+            d.take(0);
+            d.take(1);
+            if rng.chance(50) {
+                if let Some(t) = d.e[0].out.timers[0] {
+                    d.now = d.now.max(t);
+                    let now = d.now;
+                    let e = &mut d.e[0];
+                    e.qp.timer_expired(now, Timer::Retransmit, &mut e.out);
+                }
+            }
+        }
+    }
+    let _ = Operation::Send;
+}
+
+#[test]
+fn responder_send_with_invalidate_invalidates_rkey_and_reports_it() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    d.pump();
+    let mut w = send_wr(1, SendOpcode::SendWithInv, 16);
+    w.invalidate_rkey = RMT;
+    d.post(0, w).expect("post");
+    d.pump();
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!(c.flags & rvrdma_core::events::WC_WITH_INVALIDATE, rvrdma_core::events::WC_WITH_INVALIDATE);
+    assert_eq!(c.imm_or_rkey, RMT);
+    // The R_Key is gone: a later RDMA Write to it fails with a remote access error.
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[1].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn local_inv_and_reg_mr_complete_in_order() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    let mut inv = SendWr::new(1, SendOpcode::LocalInv);
+    inv.invalidate_rkey = RMT;
+    d.post(0, inv).expect("post");
+    let mut reg = SendWr::new(2, SendOpcode::RegMr);
+    reg.reg.key = RMT;
+    reg.reg.iova = RMT_VA;
+    reg.reg.length = 1 << 16;
+    reg.reg.access = ACCESS_LOCAL_WRITE;
+    d.post(0, reg).expect("post");
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!((c[0].opcode, c[0].status), (WcOpcode::LocalInv, WcStatus::Success));
+    assert_eq!((c[1].opcode, c[1].status), (WcOpcode::RegMr, WcStatus::Success));
+}

@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rvrdma's driver code: safe Rust above the `ib` and `net` abstractions.
+
+pub mod device;
+pub mod link;
+pub mod registry;

@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `struct ib_device`: allocation, registration, the ops table, and references to devices.
+//!
+//! A device is allocated by ib_core with room for the driver's data right behind the
+//! `ib_device` (the layout `ib_alloc_device()` produces in C). Once registered, ib_core owns it:
+//! it may be unregistered by `rdma link delete`, by netdev removal or by module unload, and the
+//! driver data is dropped in the `dealloc_driver` callback, after which the memory is freed.
+
+use crate::bindings as b;
+use crate::net::netdev::{NetDev, NetDevRef};
+use core::{marker::PhantomData, ptr::NonNull};
+use kernel::{error::from_result, prelude::*, types::Opaque};
+
+/// What a driver implements to back an ib_device (driver code, safe Rust).
+pub trait IbDriver: Send + Sync + Sized + 'static {
+    /// Fills the device attributes (`ib_query_device`).
+    fn query_device(dev: &Device<Self>, attr: &mut b::ib_device_attr) -> Result;
+    /// Fills the attributes of port `port` (1-based).
+    fn query_port(dev: &Device<Self>, port: u32, attr: &mut b::ib_port_attr) -> Result;
+    /// Fills the immutable properties of port `port`.
+    fn port_immutable(dev: &Device<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result;
+    /// Returns entry `index` of port `port`'s P_Key table.
+    fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
+    /// Called once the device is allocated and its data set, before it is registered; an error
+    /// aborts the registration (and [`IbDriver::dealloc`] is called).
+    fn allocated(dev: &Device<Self>) -> Result;
+    /// Called once when ib_core is done with the device, before the data is dropped.
+    fn dealloc(dev: &Device<Self>);
+}
+
+/// The memory layout behind an rvrdma `ib_device`: ib_core's part first, then the driver's.
+#[repr(C)]
+struct Alloc<T> {
+    ibdev: b::ib_device,
+    data: T,
+}
+
+/// A device of driver `T`, borrowed for the duration of an ib_core callback or a held reference.
+///
+/// # Invariants
+///
+/// The `ib_device` is the first field of a live `Alloc<T>` whose `data` is initialised.
+#[repr(transparent)]
+pub struct Device<T>(Opaque<b::ib_device>, PhantomData<T>);
+
+impl<T: IbDriver> Device<T> {
+    /// # Safety
+    ///
+    /// `ptr` must be the `ibdev` field of a live `Alloc<T>` with initialised data, for `'a`.
+    unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
+        // SAFETY: `Device<T>` is `repr(transparent)` over `Opaque<ib_device>`; liveness is the
+        // caller's guarantee.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    /// The raw pointer, for calls into ib_core.
+    pub fn as_raw(&self) -> *mut b::ib_device {
+        self.0.get()
+    }
+
+    /// The driver's data.
+    pub fn data(&self) -> &T {
+        let alloc = self.as_raw().cast::<Alloc<T>>();
+        // SAFETY: by the type invariant `ibdev` is the first field of a live `Alloc<T>` with
+        // initialised data.
+        unsafe { &(*alloc).data }
+    }
+
+    /// The device name (e.g. `rvr0`).
+    pub fn name(&self) -> &CStr {
+        // SAFETY: the device is live; its name lives as long as it does.
+        unsafe { CStr::from_char_ptr(b::rvr_ib_device_name(self.as_raw())) }
+    }
+
+    /// The net device bound to `port`, if any.
+    pub fn netdev(&self, port: u32) -> Option<NetDevRef> {
+        // SAFETY: the device is live; `ib_device_get_netdev` returns a held reference or NULL.
+        unsafe { NetDevRef::from_raw_owned(b::ib_device_get_netdev(self.as_raw(), port)) }
+    }
+
+    /// Queues unregistration on ib_core's workqueue (usable from a netdev notifier).
+    pub fn unregister_queued(&self) {
+        // SAFETY: the device is live and registered; ib_core takes its own reference.
+        unsafe { b::ib_unregister_device_queued(self.as_raw()) };
+    }
+
+    /// Whether `raw` is a device of driver `T` (its `dealloc_driver` is ours).
+    fn is_ours(raw: *mut b::ib_device) -> bool {
+        let ours: unsafe extern "C" fn(*mut b::ib_device) = Ops::<T>::dealloc_driver;
+        // SAFETY: `raw` is a live device (the caller holds a reference).
+        let theirs = unsafe { (*raw).ops.dealloc_driver };
+        theirs.map(|f| f as usize) == Some(ours as usize)
+    }
+}
+
+/// Parameters of a new device.
+pub struct DeviceParams<'a> {
+    /// The ib device name.
+    pub name: &'a CStr,
+    /// One net device per port, port 1 first.
+    pub ports: &'a [&'a NetDev],
+    /// The node GUID (network byte order).
+    pub node_guid: u64,
+    /// The ib driver id reported to user space.
+    pub driver_id: b::rdma_driver_id,
+    /// The driver's uverbs ABI version.
+    pub uverbs_abi_ver: u32,
+}
+
+/// Allocates, sets up and registers a device of driver `T` with `data`.
+///
+/// On success ib_core owns the device; it reports back through [`IbDriver`] callbacks and
+/// drops `data` in `dealloc_driver`.
+pub fn register<T: IbDriver>(module: &'static ThisModule, p: &DeviceParams<'_>, data: T) -> Result {
+    let nports = u32::try_from(p.ports.len()).map_err(|_| EINVAL)?;
+    if nports == 0 {
+        return Err(EINVAL);
+    }
+    let first = p.ports[0];
+    // SAFETY: `first` is a live net device; the size covers `Alloc<T>`, which starts with the
+    // `ib_device` (the `ib_alloc_device()` layout). kmalloc's alignment covers `T` (checked below).
+    let raw = unsafe { b::rvr_ib_alloc_device(size_of::<Alloc<T>>(), first.as_raw()) };
+    let raw = NonNull::new(raw).ok_or(ENOMEM)?.as_ptr();
+    const { assert!(align_of::<Alloc<T>>() <= 8) };
+    // SAFETY: `raw` is a fresh, zeroed allocation of `Alloc<T>` size; write the data in place
+    // before any callback (in particular `dealloc_driver`) can observe it.
+    unsafe { core::ptr::addr_of_mut!((*raw.cast::<Alloc<T>>()).data).write(data) };
+    // INVARIANT: from here on `raw` is an `Alloc<T>` with initialised data.
+
+    // SAFETY: `raw` is a live, not yet registered device we own exclusively.
+    unsafe {
+        let d = &mut *raw;
+        d.node_type = b::RDMA_NODE_IB_CA as u8;
+        d.phys_port_cnt = nports;
+        d.num_comp_vectors = 1;
+        d.local_dma_lkey = 0;
+        d.node_guid = p.node_guid;
+        let desc = b"rvrdma\0";
+        for (i, c) in desc.iter().enumerate() {
+            d.node_desc[i] = *c as _;
+        }
+        d.uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
+            | (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
+        let mut ops = Ops::<T>::TABLE;
+        ops.owner = module.as_ptr();
+        ops.driver_id = p.driver_id;
+        ops.uverbs_abi_ver = p.uverbs_abi_ver;
+        b::ib_set_device_ops(raw, &ops);
+    }
+
+    let result = (|| {
+        // SAFETY: the data is initialised and the ops set (INVARIANT above).
+        T::allocated(unsafe { Device::from_raw(raw) })?;
+        for (i, nd) in p.ports.iter().enumerate() {
+            let port = u32::try_from(i + 1).map_err(|_| EINVAL)?;
+            // SAFETY: `raw` is live and unregistered; `nd` is a live net device.
+            kernel::error::to_result(unsafe { b::ib_device_set_netdev(raw, nd.as_raw(), port) })?;
+        }
+        // SAFETY: `raw` is fully set up; the name is NUL-terminated. With no DMA device,
+        // ib_core uses the ib device itself (rvrdma moves data with the CPU).
+        match unsafe { b::ib_register_device(raw, p.name.as_char_ptr(), core::ptr::null_mut()) } {
+            // ib_core reports a taken name as ENFILE; say what it means.
+            e if e == -(b::ENFILE as c_int) => Err(EEXIST),
+            e => kernel::error::to_result(e),
+        }
+    })();
+    if let Err(e) = result {
+        // SAFETY: registration failed, so we still own `raw`; this calls `dealloc_driver`
+        // (dropping the data) and frees it.
+        unsafe { b::ib_dealloc_device(raw) };
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A counted reference to some ib device (`ib_device_put` on drop).
+///
+/// # Invariants
+///
+/// The pointer is to a live device on which this value holds one `ib_device_get` reference.
+pub struct IbDeviceRef(NonNull<b::ib_device>);
+
+impl IbDeviceRef {
+    /// The registered device bound to `ndev`, of any driver.
+    pub fn by_netdev(ndev: &NetDev) -> Option<Self> {
+        // SAFETY: `ndev` is live; the result carries a reference or is NULL.
+        let p = unsafe {
+            b::ib_device_get_by_netdev(ndev.as_raw(), b::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
+        };
+        // INVARIANT: `ib_device_get_by_netdev` returned a held reference.
+        NonNull::new(p).map(Self)
+    }
+
+    /// The device as driver `T`'s, if it is one.
+    pub fn as_driver<T: IbDriver>(&self) -> Option<&Device<T>> {
+        if Device::<T>::is_ours(self.0.as_ptr()) {
+            // SAFETY: it is ours, so it is an `Alloc<T>` with initialised data (set before the
+            // ops), live while we hold the reference.
+            Some(unsafe { Device::from_raw(self.0.as_ptr()) })
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for IbDeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we hold one reference.
+        unsafe { b::ib_device_put(self.0.as_ptr()) };
+    }
+}
+
+/// Identifies a device of ours without keeping it alive: a registry entry.
+///
+/// The driver keeps these in a list under a lock that its [`IbDriver::dealloc`] also takes, so
+/// an entry found under the lock is always a live device.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DeviceHandle(NonNull<b::ib_device>);
+
+// SAFETY: a handle is only an identity; dereferencing requires the registry lock (see `pin`).
+unsafe impl Send for DeviceHandle {}
+
+impl DeviceHandle {
+    /// The handle of `dev`.
+    pub fn of<T: IbDriver>(dev: &Device<T>) -> Self {
+        // The pointer of a live device is never null.
+        Self(NonNull::from(&dev.0).cast())
+    }
+
+    /// Keeps the device's memory alive past the registry lock.
+    ///
+    /// # Safety
+    ///
+    /// The device must still be live: the caller found the handle in its registry under the
+    /// lock that `dealloc` takes, and still holds that lock.
+    pub unsafe fn pin(&self) -> PinnedDevice {
+        // SAFETY: the device is live (caller's guarantee); `get_device` takes a kobject
+        // reference that keeps its memory allocated until `put_device`.
+        unsafe { b::rvr_ib_device_pin(self.0.as_ptr()) };
+        // INVARIANT: we hold a kobject reference.
+        PinnedDevice(self.0)
+    }
+}
+
+/// A device whose memory is kept alive by a kobject reference (`put_device` on drop).
+///
+/// # Invariants
+///
+/// The value holds one `get_device` reference on the device's embedded `struct device`.
+pub struct PinnedDevice(NonNull<b::ib_device>);
+
+impl PinnedDevice {
+    /// Whether this is the device `h` names.
+    pub fn is(&self, h: DeviceHandle) -> bool {
+        self.0 == h.0
+    }
+
+    /// Unregisters the device and waits until ib_core is done with it (no-op when it is
+    /// already unregistered).
+    pub fn unregister(&self) {
+        // SAFETY: the memory is live by the type invariant; `ib_unregister_device` tolerates
+        // concurrent and repeated unregistration.
+        unsafe { b::ib_unregister_device(self.0.as_ptr()) };
+    }
+}
+
+impl Drop for PinnedDevice {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we hold one reference.
+        unsafe { b::rvr_ib_device_unpin(self.0.as_ptr()) };
+    }
+}
+
+/// The ops table of driver `T` and its C trampolines.
+struct Ops<T>(PhantomData<T>);
+
+impl<T: IbDriver> Ops<T> {
+    const TABLE: b::ib_device_ops = b::ib_device_ops {
+        query_device: Some(Self::query_device),
+        query_port: Some(Self::query_port),
+        get_port_immutable: Some(Self::get_port_immutable),
+        query_pkey: Some(Self::query_pkey),
+        get_link_layer: Some(Self::get_link_layer),
+        alloc_ucontext: Some(Self::alloc_ucontext),
+        dealloc_ucontext: Some(Self::dealloc_ucontext),
+        dealloc_driver: Some(Self::dealloc_driver),
+        size_ib_ucontext: size_of::<b::ib_ucontext>(),
+        // SAFETY: all-zero is a valid `ib_device_ops` (no ops, no owner).
+        ..unsafe { core::mem::zeroed() }
+    };
+
+    /// # Safety
+    ///
+    /// ib_core callback: `ibdev` is one of ours, `attr` is valid for writes.
+    unsafe extern "C" fn query_device(
+        ibdev: *mut b::ib_device,
+        attr: *mut b::ib_device_attr,
+        udata: *mut b::ib_udata,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `udata` is NULL or valid per the callback contract.
+            kernel::error::to_result(unsafe { b::rvr_ib_is_udata_in_empty(udata) })?;
+            // SAFETY: `ibdev` is ours and live; `attr` is valid and exclusively ours.
+            T::query_device(unsafe { Device::from_raw(ibdev) }, unsafe { &mut *attr })?;
+            // SAFETY: as above.
+            kernel::error::to_result(unsafe { b::rvr_ib_respond_empty_udata(udata) })?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback: `ibdev` is one of ours, `attr` is valid for writes.
+    unsafe extern "C" fn query_port(
+        ibdev: *mut b::ib_device,
+        port: u32,
+        attr: *mut b::ib_port_attr,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `ibdev` is ours and live; `attr` is valid and exclusively ours.
+            T::query_port(unsafe { Device::from_raw(ibdev) }, port, unsafe { &mut *attr })?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback: `ibdev` is one of ours, `imm` is valid for writes.
+    unsafe extern "C" fn get_port_immutable(
+        ibdev: *mut b::ib_device,
+        port: u32,
+        imm: *mut b::ib_port_immutable,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `ibdev` is ours and live; `imm` is valid and exclusively ours.
+            T::port_immutable(unsafe { Device::from_raw(ibdev) }, port, unsafe { &mut *imm })?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback: `ibdev` is one of ours, `pkey` is valid for writes.
+    unsafe extern "C" fn query_pkey(
+        ibdev: *mut b::ib_device,
+        port: u32,
+        index: u16,
+        pkey: *mut u16,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `ibdev` is ours and live.
+            let v = T::query_pkey(unsafe { Device::from_raw(ibdev) }, port, index)?;
+            // SAFETY: `pkey` is valid for writes.
+            unsafe { pkey.write(v) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback; reads nothing.
+    unsafe extern "C" fn get_link_layer(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
+        // Every rvrdma port is RoCE: Ethernet underneath.
+        b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback with a context it allocated.
+    unsafe extern "C" fn alloc_ucontext(_uc: *mut b::ib_ucontext, udata: *mut b::ib_udata) -> c_int {
+        // The rxe ABI carries no driver data in GET_CONTEXT; an empty response is all it needs.
+        // SAFETY: `udata` is valid per the callback contract.
+        unsafe { b::rvr_ib_is_udata_in_empty(udata) }
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback; the context holds nothing of ours.
+    unsafe extern "C" fn dealloc_ucontext(_uc: *mut b::ib_ucontext) {}
+
+    /// # Safety
+    ///
+    /// ib_core callback, called once per device after its last use.
+    unsafe extern "C" fn dealloc_driver(ibdev: *mut b::ib_device) {
+        // SAFETY: `ibdev` is ours with initialised data (set before the ops).
+        let dev = unsafe { Device::<T>::from_raw(ibdev) };
+        T::dealloc(dev);
+        // SAFETY: the data is initialised and ib_core never calls us again for this device;
+        // it frees the memory after we return.
+        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*ibdev.cast::<Alloc<T>>()).data)) };
+    }
+}

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rvrdma: a virtual RDMA device speaking RoCEv2 over any Ethernet netdev.
+//!
+//! `rdma link add NAME type rvrdma netdev DEV` creates an ib device with one port on `DEV`.
+//! The protocol (the RC transport of the IBA spec) lives in [`rvcore`], a pure Rust engine shared
+//! with a host crate; the `ib` and `net` modules hold every `unsafe` block, and `driver` is safe
+//! Rust above them.
+
+use kernel::prelude::*;
+
+pub mod bindings;
+pub mod driver;
+pub mod ib;
+pub mod net;
+#[path = "core/src/lib.rs"]
+pub mod rvcore;
+// The core names its files `crate::psn`, `crate::wire`, ... (it is a crate root on the host);
+// re-exporting them here makes those paths resolve the same way inside the module.
+pub use rvcore::*;
+
+use driver::link::{RvrLink, RvrNetdevEvents};
+use ib::link::LinkRegistration;
+use net::notifier::NetdevNotifier;
+
+module! {
+    type: RvrdmaModule,
+    name: "rvrdma",
+    authors: ["rvrdma developers"],
+    description: "Virtual RDMA device: RoCEv2 over any Ethernet netdev, in Rust",
+    license: "GPL",
+    alias: ["rdma-link-rvrdma"],
+}
+
+/// Tears down every rvrdma device when dropped (between the link type and the notifier).
+struct DeviceTeardown;
+
+impl Drop for DeviceTeardown {
+    fn drop(&mut self) {
+        driver::registry::unregister_all();
+    }
+}
+
+/// The module: the link type, then device teardown, then the netdev notifier (fields drop in
+/// this order, so no device can be created while they are torn down).
+#[pin_data]
+struct RvrdmaModule {
+    #[pin]
+    link: LinkRegistration<RvrLink>,
+    teardown: DeviceTeardown,
+    #[pin]
+    notifier: NetdevNotifier<RvrNetdevEvents>,
+}
+
+impl kernel::InPlaceModule for RvrdmaModule {
+    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        driver::registry::init();
+        try_pin_init!(Self {
+            notifier <- NetdevNotifier::register(),
+            teardown: DeviceTeardown,
+            link <- LinkRegistration::register(),
+        })
+    }
+}

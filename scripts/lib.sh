@@ -1,0 +1,41 @@
+# shellcheck shell=bash
+# Common settings for rvrdma's scripts. Source it; it defines paths and small helpers only.
+#
+# RVRDMA_CACHE   where slow things live (kernel tree, toolchain pieces, venv); default ~/.cache/rvrdma
+# RVRDMA_DEBUG   1 selects the debug kernel variant (KASAN, lockdep, atomic-sleep checks, kmemleak)
+# RVRDMA_KVER    the Debian linux-source-7.2 version to build (default: the one the project pins)
+
+RVRDMA_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RVRDMA_CACHE=${RVRDMA_CACHE:-$HOME/.cache/rvrdma}
+RVRDMA_DEBUG=${RVRDMA_DEBUG:-0}
+RVRDMA_KVER=${RVRDMA_KVER:-7.2.13-1}
+RVRDMA_KSERIES=7.2
+
+if [ "$RVRDMA_DEBUG" = 1 ]; then
+	RVRDMA_VARIANT=debug
+else
+	RVRDMA_VARIANT=release
+fi
+
+# The built kernel tree (what `make KDIR=` and virtme-ng take).
+KDIR=${KDIR:-$RVRDMA_CACHE/linux-$RVRDMA_VARIANT}
+RUST_LIB_SRC=${RUST_LIB_SRC:-$RVRDMA_CACHE/rust-src/usr/lib/rustlib/src/rust/library}
+VENV=$RVRDMA_CACHE/venv
+export RVRDMA_TOP RVRDMA_CACHE RVRDMA_DEBUG KDIR RUST_LIB_SRC
+export PATH="$VENV/bin:$HOME/.cargo/bin:$PATH"
+
+die() {
+	printf 'rvrdma: error: %s\n' "$*" >&2
+	exit 1
+}
+
+log() {
+	printf '==> %s\n' "$*" >&2
+}
+
+# Runs a command with a name for the failure message.
+need() {
+	local what=$1
+	shift
+	"$@" || die "$what failed (command: $*)"
+}

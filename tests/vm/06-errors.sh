@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Error cases of `rdma link add`: a second device on the same netdev, an unknown netdev, a name
+# that is taken (by our own device or by an rxe device). Each must fail with an error message, and
+# leave the device list as it was.
+. "$(dirname "$0")/lib.sh"
+
+ktap_print_header
+ktap_set_plan 12
+dut_setup 2
+
+link_add "${DUT}0" veth0 || fail_rest "rdma link add ${DUT}0 type $RVRDMA_LINK_TYPE netdev veth0: $LINK_OUT"
+link_add rxe7 veth3 rxe || fail_rest "rdma link add rxe7 type rxe netdev veth3: $LINK_OUT"
+before=$(dev_list)
+
+# must_fail DESC NAME NETDEV: link_add fails, says why, and changes nothing.
+must_fail() {
+	local desc=$1 after
+	shift
+	if link_add "$@"; then
+		result "$desc: rdma link add fails" 1 "succeeded: rdma link add $1 type $RVRDMA_LINK_TYPE netdev $2"
+	else
+		result "$desc: rdma link add fails" 0
+	fi
+	after=$(dev_list)
+	if [ -n "$LINK_OUT" ] && [ "$after" = "$before" ]; then
+		diag "rdma said: $LINK_OUT"
+		result "$desc: with an error message, device list unchanged" 0
+	else
+		result "$desc: with an error message, device list unchanged" 1 \
+			"rdma said: '$LINK_OUT'; devices before: $before; after: $after"
+	fi
+}
+
+must_fail "second device on veth0" "${DUT}9" veth0
+must_fail "unknown netdev" "${DUT}9" nosuch0
+must_fail "name clash with ${DUT}0" "${DUT}0" veth2
+check "${DUT}0 is still on veth0" eval "in_a rdma link show ${DUT}0/1 | grep -q 'netdev veth0'"
+must_fail "name clash with an rxe device" rxe7 veth2
+check "rxe7 is still the rxe device on veth3" eval "in_b rdma link show rxe7/1 | grep -q 'netdev veth3' && ibv_devinfo -d rxe7 >/dev/null"
+check_add "after the errors, a good add still works" "${DUT}2" veth2
+check "... and lists exactly one more device" eval '[ "$(dev_list | wc -l)" -eq $(($(wc -l <<<"$before") + 1)) ]'
+ktap_finished

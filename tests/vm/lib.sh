@@ -1,0 +1,309 @@
+# shellcheck shell=bash
+# Helpers for rvrdma's in-guest tests (kselftest style, KTAP output). Source it from a test script;
+# it runs inside the virtme-ng guest as root, on the test kernel.
+#
+# Environment (all optional; scripts/vm and scripts/test set them):
+#   KDIR               the built test kernel tree (for kselftest's ktap_helpers.sh)
+#   RVRDMA_KO          the module to load (default: <repo>/rvrdma.ko)
+#   RVRDMA_LINK_TYPE   the rdma link type under test: rvrdma (default) or rxe, to prove the harness
+#                      on the in-tree soft-RoCE driver with the same tests
+#   RVRDMA_WAIT        seconds to wait for asynchronous state changes (default 30; TCG is slow)
+#
+# Topology (topo_setup): two network namespaces wired by veth pairs
+#   rvA: veth0 10.77.0.1/24 fd77::1/64      <->  rvB: veth1 10.77.0.2/24 fd77::2/64
+#   rvA: veth2 10.77.1.1/24 fd77:1::1/64    <->  rvB: veth3 10.77.1.2/24 fd77:1::2/64  (topo_setup 2)
+
+RVRDMA_TESTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RVRDMA_TOP=${RVRDMA_TOP:-$(cd "$RVRDMA_TESTS_DIR/../.." && pwd)}
+RVRDMA_KO=${RVRDMA_KO:-$RVRDMA_TOP/rvrdma.ko}
+RVRDMA_LINK_TYPE=${RVRDMA_LINK_TYPE:-rvrdma}
+RVRDMA_WAIT=${RVRDMA_WAIT:-30}
+KDIR=${KDIR:-${RVRDMA_CACHE:-$HOME/.cache/rvrdma}/linux-release}
+# pyverbs and friends are Debian's: never a python from a host-side pyenv or venv.
+PY=/usr/bin/python3
+
+NS_A=rvA
+NS_B=rvB
+# The device-under-test names: rvr0 on veth0 (rvA), rvr1 on veth1 (rvB), rvr2/rvr3 on veth2/veth3.
+DUT=rvr
+
+KTAP_HELPERS=$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh
+if [ ! -r "$KTAP_HELPERS" ]; then
+	echo "TAP version 13"
+	echo "1..1"
+	echo "not ok 1 harness: $KTAP_HELPERS not found (KDIR=$KDIR)"
+	exit 1
+fi
+# shellcheck source=/dev/null
+. "$KTAP_HELPERS"
+
+# ---- KTAP helpers ------------------------------------------------------------------------------
+
+# Prints text as KTAP diagnostics ("# " on every line).
+diag() {
+	local line
+	while IFS= read -r line; do
+		printf '# %s\n' "$line"
+	done <<<"$*"
+}
+
+# check DESC CMD...: one test point; passes when CMD succeeds, else prints CMD and its output.
+check() {
+	local desc=$1 out rc
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	if [ "$rc" -eq 0 ]; then
+		ktap_test_pass "$desc"
+	else
+		diag "FAILED (rc=$rc): $*"
+		[ -n "$out" ] && diag "$out"
+		ktap_test_fail "$desc"
+	fi
+	return "$rc"
+}
+
+# check_not DESC CMD...: one test point; passes when CMD fails.
+check_not() {
+	local desc=$1 out rc
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		ktap_test_pass "$desc"
+		return 0
+	fi
+	diag "FAILED: expected failure but succeeded: $*"
+	[ -n "$out" ] && diag "$out"
+	ktap_test_fail "$desc"
+	return 1
+}
+
+# result DESC RC [DIAG]: one test point from a status already computed (for steps that must run in
+# this shell, e.g. link_add, which records the links it made).
+result() {
+	local desc=$1 rc=$2
+	if [ "$rc" -eq 0 ]; then
+		ktap_test_pass "$desc"
+	else
+		diag "FAILED (rc=$rc)"
+		[ -n "${3:-}" ] && diag "$3"
+		ktap_test_fail "$desc"
+	fi
+	return "$rc"
+}
+
+# fail_rest REASON: a prerequisite failed; every remaining planned test point fails (never skips:
+# a test that could not run has not shown anything works). Then exits.
+fail_rest() {
+	diag "cannot continue: $*"
+	while [ "$KTAP_TESTNO" -le "$KSFT_NUM_TESTS" ]; do
+		ktap_test_fail "not run: $*"
+	done
+	ktap_finished
+}
+
+# skip_all REASON: the whole script does not apply to this configuration (e.g. module tests when
+# the device under test is the built-in rdma_rxe). Counted as skipped by the runner.
+skip_all() {
+	ktap_print_header
+	ktap_skip_all "$*"
+	exit "$KSFT_SKIP"
+}
+
+# ---- waiting -----------------------------------------------------------------------------------
+
+# wait_for SECONDS CMD...: polls CMD until it succeeds; fails after SECONDS, then runs CMD once
+# more with its output shown (the last state, for the diagnostics).
+wait_for() {
+	local secs=$1 deadline
+	shift
+	deadline=$((SECONDS + secs))
+	while ! "$@" >/dev/null 2>&1; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			echo "timed out after ${secs}s waiting for: $*"
+			"$@"
+			return 1
+		fi
+		sleep 0.2
+	done
+	return 0
+}
+
+# ---- netns/veth topology -----------------------------------------------------------------------
+
+in_a() { ip netns exec "$NS_A" "$@"; }
+in_b() { ip netns exec "$NS_B" "$@"; }
+
+# Which netns holds veth N: even numbers are in rvA, odd in rvB.
+ns_of() {
+	local n=${1#veth}
+	if [ $((n % 2)) -eq 0 ]; then echo "$NS_A"; else echo "$NS_B"; fi
+}
+
+# veth_pair N: veth(2N) in rvA <-> veth(2N+1) in rvB with IPv4 and IPv6 addresses, both up.
+veth_pair() {
+	local n=$1 a=veth$((2 * $1)) b=veth$((2 * $1 + 1))
+	local v6=fd77::
+	[ "$n" -gt 0 ] && v6=fd77:$n::
+	ip link add "$a" netns "$NS_A" type veth peer name "$b" netns "$NS_B" || return 1
+	ip -n "$NS_A" addr add "10.77.$n.1/24" dev "$a" || return 1
+	ip -n "$NS_B" addr add "10.77.$n.2/24" dev "$b" || return 1
+	ip -n "$NS_A" addr add "${v6}1/64" dev "$a" nodad || return 1
+	ip -n "$NS_B" addr add "${v6}2/64" dev "$b" nodad || return 1
+	ip -n "$NS_A" link set "$a" up || return 1
+	ip -n "$NS_B" link set "$b" up || return 1
+}
+
+# topo_setup [PAIRS]: fresh rvA/rvB namespaces with PAIRS veth pairs (default 1).
+topo_setup() {
+	local pairs=${1:-1} i
+	topo_cleanup
+	ip netns add "$NS_A" || return 1
+	ip netns add "$NS_B" || return 1
+	ip -n "$NS_A" link set lo up || return 1
+	ip -n "$NS_B" link set lo up || return 1
+	for ((i = 0; i < pairs; i++)); do
+		veth_pair "$i" || return 1
+	done
+}
+
+# Links this script added (deleted again by topo_cleanup).
+RDMA_LINKS=()
+
+# topo_cleanup: deletes the rdma links we made, then the namespaces (and so the veths), and waits
+# for the devices to go. Quiet; never fails.
+topo_cleanup() {
+	local l
+	for l in "${RDMA_LINKS[@]}"; do
+		[ -e "/sys/class/infiniband/$l" ] && rdma link delete "$l" >/dev/null 2>&1
+	done
+	RDMA_LINKS=()
+	ip netns del "$NS_A" >/dev/null 2>&1
+	ip netns del "$NS_B" >/dev/null 2>&1
+	for l in /sys/class/infiniband/"$DUT"* /sys/class/infiniband/rxe* /sys/class/infiniband/siw*; do
+		[ -e "$l" ] && wait_for "$RVRDMA_WAIT" test ! -e "$l" >/dev/null 2>&1
+	done
+	return 0
+}
+
+# ---- rdma devices ------------------------------------------------------------------------------
+
+# link_add NAME NETDEV [TYPE]: `rdma link add` run in the netdev's namespace; TYPE defaults to the
+# device under test. Returns rdma's status; its output is in LINK_OUT. Run it in this shell (not in
+# $(...)) so that topo_cleanup knows the link.
+LINK_OUT=
+link_add() {
+	local name=$1 netdev=$2 type=${3:-$RVRDMA_LINK_TYPE} rc
+	LINK_OUT=$(ip netns exec "$(ns_of "$netdev")" rdma link add "$name" type "$type" netdev "$netdev" 2>&1)
+	rc=$?
+	[ "$rc" -eq 0 ] && RDMA_LINKS+=("$name")
+	return "$rc"
+}
+
+# check_add DESC NAME NETDEV [TYPE]: link_add as a test point.
+check_add() {
+	local desc=$1
+	shift
+	link_add "$@"
+	result "$desc" $? "rdma link add $1 type ${3:-$RVRDMA_LINK_TYPE} netdev $2: $LINK_OUT"
+}
+
+link_del() {
+	rdma link delete "$1"
+}
+
+dev_exists() { [ -e "/sys/class/infiniband/$1" ]; }
+dev_gone() { [ ! -e "/sys/class/infiniband/$1" ]; }
+
+# Sorted names of all ib devices, as the rdma tool lists them.
+dev_list() {
+	rdma dev show | awk -F': ' '/^[0-9]+: /{print $2}' | sort
+}
+
+rdma_lists() { dev_list | grep -qx "$1"; }
+rdma_lists_not() { ! dev_list | grep -qx "$1"; }
+
+# port_state DEV: ACTIVE, DOWN, ... from sysfs ("4: ACTIVE").
+port_state() {
+	local s
+	s=$(cat "/sys/class/infiniband/$1/ports/1/state" 2>/dev/null) || return 1
+	echo "${s#*: }"
+}
+
+port_is() { [ "$(port_state "$1")" = "$2" ]; }
+
+# dut_load: makes sure the device-under-test's driver is present. For rvrdma: insmod $RVRDMA_KO
+# unless loaded. For rxe: built in, nothing to do.
+dut_load() {
+	case $RVRDMA_LINK_TYPE in
+	rvrdma)
+		[ -d /sys/module/rvrdma ] && return 0
+		if [ ! -f "$RVRDMA_KO" ]; then
+			echo "rvrdma.ko not found at $RVRDMA_KO (build it: make KDIR=\$KDIR)"
+			return 1
+		fi
+		insmod "$RVRDMA_KO"
+		;;
+	*) return 0 ;;
+	esac
+}
+
+# dut_unload: rmmod rvrdma if loaded (with a timeout: a hang is a failure, not a stuck run).
+dut_unload() {
+	[ "$RVRDMA_LINK_TYPE" = rvrdma ] || return 0
+	[ -d /sys/module/rvrdma ] || return 0
+	timeout 120 rmmod rvrdma
+}
+
+# dut_setup [PAIRS]: topology + driver, or fail every planned point with the reason.
+dut_setup() {
+	local out
+	topo_setup "${1:-1}" || fail_rest "could not build the netns/veth topology"
+	out=$(dut_load 2>&1) || fail_rest "cannot load the $RVRDMA_LINK_TYPE driver: $out"
+}
+
+# gid_full ADDR: the GID spelled as sysfs does (8 groups of 4 hex digits); IPv4 -> ::ffff:a.b.c.d.
+# Pure bash (it runs in polling loops): IPv4 dotted quads and IPv6 without embedded IPv4.
+gid_full() {
+	local a=$1 head tail g out=() h=() t=() i
+	if [[ $a =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
+		printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n' \
+			"${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}" "${BASH_REMATCH[4]}"
+		return
+	fi
+	if [[ $a == *::* ]]; then
+		head=${a%%::*} tail=${a#*::}
+	else
+		head=$a tail=
+	fi
+	[ -n "$head" ] && IFS=: read -r -a h <<<"$head"
+	[ -n "$tail" ] && IFS=: read -r -a t <<<"$tail"
+	out=("${h[@]}")
+	if [[ $a == *::* ]]; then
+		for ((i = ${#h[@]} + ${#t[@]}; i < 8; i++)); do
+			out+=(0)
+		done
+	fi
+	out+=("${t[@]}")
+	[ "${#out[@]}" -eq 8 ] || { echo "bad address: $a" >&2; return 1; }
+	printf '%04x:%04x:%04x:%04x:%04x:%04x:%04x:%04x\n' "${out[@]/#/0x}"
+}
+
+# sysfs_gid_index DEV GID TYPE: prints the index of GID with gid type TYPE ("RoCE v2") on port 1.
+sysfs_gid_index() {
+	local dev=$1 gid=$2 type=$3 f i
+	for f in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
+		i=${f##*/}
+		[ "$(cat "$f" 2>/dev/null)" = "$gid" ] || continue
+		[ "$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "$type" ] || continue
+		echo "$i"
+		return 0
+	done
+	return 1
+}
+
+has_gid() { sysfs_gid_index "$1" "$(gid_full "$2")" "RoCE v2" >/dev/null; }
+has_no_gid() { ! has_gid "$@"; }
+
+trap topo_cleanup EXIT
