@@ -9,4 +9,5 @@
 #include <rdma/ib_mad.h>
 #include <uapi/rdma/rdma_user_rxe.h>
 #include <net/udp_tunnel.h>
+#include <linux/crc32.h>
 #include "../c/rvrdma_helpers.h"

@@ -10,8 +10,10 @@
 use kernel::prelude::*;
 
 pub mod bindings;
+pub mod crc32;
 pub mod driver;
 pub mod ib;
+mod kunit_core;
 pub mod net;
 #[path = "core/src/lib.rs"]
 pub mod rvcore;
