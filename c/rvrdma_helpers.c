@@ -86,3 +86,8 @@ void rvr_ib_device_unpin(struct ib_device *ibdev)
 {
 	put_device(&ibdev->dev);
 }
+
+bool rvr_ib_device_try_get(struct ib_device *ibdev)
+{
+	return ib_device_try_get(ibdev);
+}

@@ -27,5 +27,6 @@ int rvr_ib_respond_empty_udata(struct ib_udata *udata);
 const char *rvr_ib_device_name(struct ib_device *ibdev);
 void rvr_ib_device_pin(struct ib_device *ibdev);
 void rvr_ib_device_unpin(struct ib_device *ibdev);
+bool rvr_ib_device_try_get(struct ib_device *ibdev);
 
 #endif

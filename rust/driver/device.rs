@@ -4,7 +4,9 @@
 
 use super::registry;
 use crate::bindings as b;
-use crate::ib::device::{Device, DeviceHandle, IbDriver};
+use crate::ib::device::{Device, IbDriver};
+use crate::net::netdev::{NetDev, NetDevRef};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::prelude::*;
 
 /// The ib driver id user space sees. rdma-core's rxe provider matches devices by this id, so
@@ -25,23 +27,61 @@ const ROCE_OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
 /// Largest message (bytes).
 const MAX_MSG_SIZE: u32 = 0x8000_0000;
 
+/// One port: the net device it runs on.
+struct Port {
+    /// Held until the device is freed.
+    ndev: NetDevRef,
+    /// Set when the net device starts unregistering: from then on the port has no netdev.
+    gone: AtomicBool,
+}
+
 /// Per-device data of an rvrdma ib device.
 pub struct RvrDevice {
-    /// Number of ports (one netdev each).
-    nports: u32,
+    /// Ports 1..=N, one net device each.
+    ports: KVec<Port>,
 }
 
 impl RvrDevice {
-    /// A device with `nports` ports.
-    pub fn new(nports: u32) -> Self {
-        Self { nports }
-    }
-
-    fn check_port(&self, port: u32) -> Result {
-        if port == 0 || port > self.nports {
+    /// A device whose ports run on `netdevs` (port 1 first).
+    pub fn new(netdevs: &[&NetDev]) -> Result<Self> {
+        if netdevs.is_empty() || netdevs.len() > MAX_PORTS {
             return Err(EINVAL);
         }
-        Ok(())
+        let mut ports = KVec::with_capacity(netdevs.len(), GFP_KERNEL)?;
+        for nd in netdevs {
+            ports.push(
+                Port {
+                    ndev: nd.hold(),
+                    gone: AtomicBool::new(false),
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(Self { ports })
+    }
+
+    /// Number of ports.
+    pub fn nports(&self) -> u32 {
+        // At most MAX_PORTS (checked in `new`).
+        self.ports.len() as u32
+    }
+
+    /// The port (1-based) that runs on `ndev`, if any.
+    pub fn port_of(&self, ndev: &NetDev) -> Option<u32> {
+        let i = self.ports.iter().position(|p| p.ndev.is(ndev))?;
+        u32::try_from(i + 1).ok()
+    }
+
+    /// Marks the port on `ndev` as gone (its net device is unregistering).
+    pub fn netdev_gone(&self, ndev: &NetDev) {
+        for p in self.ports.iter().filter(|p| p.ndev.is(ndev)) {
+            p.gone.store(true, Ordering::Release);
+        }
+    }
+
+    fn port(&self, port: u32) -> Result<&Port> {
+        let i = usize::try_from(port).map_err(|_| EINVAL)?;
+        i.checked_sub(1).and_then(|i| self.ports.get(i)).ok_or(EINVAL)
     }
 }
 
@@ -91,7 +131,7 @@ impl IbDriver for RvrDevice {
     }
 
     fn query_port(dev: &Device<Self>, port: u32, a: &mut b::ib_port_attr) -> Result {
-        dev.data().check_port(port)?;
+        dev.data().port(port)?;
         let ndev = dev.netdev(port).ok_or(ENODEV)?;
         let state = ndev.ib_port_state();
         a.state = state;
@@ -123,7 +163,7 @@ impl IbDriver for RvrDevice {
     }
 
     fn port_immutable(dev: &Device<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result {
-        dev.data().check_port(port)?;
+        dev.data().port(port)?;
         imm.core_cap_flags = b::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
         imm.pkey_tbl_len = 1;
         imm.gid_tbl_len = GID_TABLE_LEN;
@@ -132,19 +172,27 @@ impl IbDriver for RvrDevice {
     }
 
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16> {
-        dev.data().check_port(port)?;
+        dev.data().port(port)?;
         if index != 0 {
             return Err(EINVAL);
         }
         Ok(DEFAULT_PKEY)
     }
 
+    fn get_netdev(dev: &Device<Self>, port: u32) -> Option<NetDevRef> {
+        let p = dev.data().port(port).ok()?;
+        if p.gone.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(p.ndev.hold())
+    }
+
     fn allocated(dev: &Device<Self>) -> Result {
-        registry::add(DeviceHandle::of(dev))
+        registry::add(dev)
     }
 
     fn dealloc(dev: &Device<Self>) {
-        registry::remove(DeviceHandle::of(dev));
+        registry::remove(dev);
         pr_debug!("{}: released\n", dev.name());
     }
 }

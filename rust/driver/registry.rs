@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The list of rvrdma devices, so that module unload can tear them all down (and only ours:
-//! rdma_rxe shares our driver id, so `ib_unregister_driver()` is not an option).
+//! The list of rvrdma devices: lookups by netdev (rvrdma's devices are not in ib_core's netdev
+//! index, see `IbDriver::get_netdev`) and teardown of them all on module unload (rdma_rxe
+//! shares our driver id, so `ib_unregister_driver()` is not an option).
 
-use crate::ib::device::{DeviceHandle, PinnedDevice};
+use super::device::RvrDevice;
+use crate::ib::device::{Device, Registry};
+use crate::net::netdev::NetDev;
 use kernel::prelude::*;
 
 kernel::sync::global_lock! {
     // SAFETY: initialised by `init()` in the module initialiser, before any use.
-    unsafe(uninit) static DEVICES: Mutex<KVec<DeviceHandle>> = KVec::new();
+    unsafe(uninit) static DEVICES: Mutex<Registry<RvrDevice>> =
+        // SAFETY: the registry lives behind this lock; `RvrDevice::allocated` adds and
+        // `RvrDevice::dealloc` removes every device, and nothing else removes entries.
+        unsafe { Registry::new() };
 }
 
 /// Initialises the registry; call once, first thing in module init.
@@ -18,17 +24,20 @@ pub fn init() {
 }
 
 /// Records a new device (before it is registered with ib_core).
-pub fn add(h: DeviceHandle) -> Result {
-    DEVICES.lock().push(h, GFP_KERNEL)?;
-    Ok(())
+pub fn add(dev: &Device<RvrDevice>) -> Result {
+    DEVICES.lock().add(dev)
 }
 
 /// Forgets a device (from its `dealloc_driver`).
-pub fn remove(h: DeviceHandle) {
-    let mut list = DEVICES.lock();
-    if let Some(i) = list.iter().position(|e| *e == h) {
-        let _ = list.remove(i);
-    }
+pub fn remove(dev: &Device<RvrDevice>) {
+    DEVICES.lock().remove(dev);
+}
+
+/// Runs `f` on the rvrdma device that has `ndev` as a port, if any, with the registry locked
+/// (so the device cannot go away meanwhile).
+pub fn with_device_of<R>(ndev: &NetDev, f: impl FnOnce(&Device<RvrDevice>) -> R) -> Option<R> {
+    let list = DEVICES.lock();
+    list.find(|d| d.data().port_of(ndev).is_some()).map(f)
 }
 
 /// Unregisters every device still listed, one at a time; returns when all are gone.
@@ -36,22 +45,13 @@ pub fn remove(h: DeviceHandle) {
 /// Call after the link type is unregistered, so no new device can appear.
 pub fn unregister_all() {
     loop {
-        let pinned: PinnedDevice = {
-            let list = DEVICES.lock();
-            let Some(h) = list.last() else { return };
-            // SAFETY: `h` is listed under the lock that `remove` (called from the device's
-            // `dealloc_driver`) takes, so the device is live.
-            unsafe { h.pin() }
+        let Some(pinned) = DEVICES.lock().pin_last() else {
+            return;
         };
         // Synchronous: `dealloc_driver` has run (and removed the entry) when this returns.
         pinned.unregister();
-        // A device that was allocated but never registered (a racing, failed `newlink`) is
-        // removed by its own error path; do not spin on it.
-        let h_still_listed = {
-            let list = DEVICES.lock();
-            list.last().is_some_and(|h| pinned.is(*h))
-        };
-        if h_still_listed {
+        if DEVICES.lock().contains(&pinned) {
+            // Only a device that never got registered can stay; its own error path removes it.
             pr_warn!("a device did not go away on unregister\n");
             return;
         }

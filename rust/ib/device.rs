@@ -20,6 +20,11 @@ pub trait IbDriver: Send + Sync + Sized + 'static {
     fn query_port(dev: &Device<Self>, port: u32, attr: &mut b::ib_port_attr) -> Result;
     /// Fills the immutable properties of port `port`.
     fn port_immutable(dev: &Device<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result;
+    /// The net device of `port`, or `None` once it is unregistering (ib_core's `get_netdev`
+    /// contract). rvrdma answers this itself instead of `ib_device_set_netdev()`, so that
+    /// drivers looking devices up by netdev and driver id (rdma_rxe, which shares our driver id)
+    /// never find ours and mistake them for theirs.
+    fn get_netdev(dev: &Device<Self>, port: u32) -> Option<NetDevRef>;
     /// Returns entry `index` of port `port`'s P_Key table.
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
     /// Called once the device is allocated and its data set, before it is registered; an error
@@ -79,18 +84,43 @@ impl<T: IbDriver> Device<T> {
         unsafe { NetDevRef::from_raw_owned(b::ib_device_get_netdev(self.as_raw(), port)) }
     }
 
-    /// Queues unregistration on ib_core's workqueue (usable from a netdev notifier).
-    pub fn unregister_queued(&self) {
-        // SAFETY: the device is live and registered; ib_core takes its own reference.
-        unsafe { b::ib_unregister_device_queued(self.as_raw()) };
+    /// The device while it is registered: `None` before registration completes and once
+    /// unregistration has begun.
+    pub fn registered(&self) -> Option<Registered<'_, T>> {
+        // SAFETY: the device is live; `ib_device_try_get` takes the registration reference
+        // only while it is nonzero.
+        // INVARIANT: on success we hold one registration reference.
+        unsafe { b::rvr_ib_device_try_get(self.as_raw()) }.then_some(Registered(self))
+    }
+}
+
+/// A device of driver `T` that stays registered while this value lives.
+///
+/// # Invariants
+///
+/// The value holds one `ib_device_try_get` reference on the device.
+pub struct Registered<'a, T: IbDriver>(&'a Device<T>);
+
+impl<T: IbDriver> Registered<'_, T> {
+    /// Reports `ndev`'s link state as a port event (IB_EVENT_PORT_ACTIVE / PORT_ERR), once
+    /// per change.
+    pub fn dispatch_port_state_event(&self, ndev: &NetDev) {
+        // SAFETY: the device is registered (type invariant), so its port data exists; ib_core
+        // finds the port through our `get_netdev`.
+        unsafe { b::ib_dispatch_port_state_event(self.0.as_raw(), ndev.as_raw()) };
     }
 
-    /// Whether `raw` is a device of driver `T` (its `dealloc_driver` is ours).
-    fn is_ours(raw: *mut b::ib_device) -> bool {
-        let ours: unsafe extern "C" fn(*mut b::ib_device) = Ops::<T>::dealloc_driver;
-        // SAFETY: `raw` is a live device (the caller holds a reference).
-        let theirs = unsafe { (*raw).ops.dealloc_driver };
-        theirs.map(|f| f as usize) == Some(ours as usize)
+    /// Queues unregistration on ib_core's workqueue (usable from a netdev notifier).
+    pub fn unregister_queued(&self) {
+        // SAFETY: the device is registered (type invariant); ib_core takes its own reference.
+        unsafe { b::ib_unregister_device_queued(self.0.as_raw()) };
+    }
+}
+
+impl<T: IbDriver> Drop for Registered<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we hold one registration reference.
+        unsafe { b::ib_device_put(self.0.as_raw()) };
     }
 }
 
@@ -98,8 +128,11 @@ impl<T: IbDriver> Device<T> {
 pub struct DeviceParams<'a> {
     /// The ib device name.
     pub name: &'a CStr,
-    /// One net device per port, port 1 first.
-    pub ports: &'a [&'a NetDev],
+    /// The net device of port 1 (its namespace becomes the device's); the driver's data
+    /// holds the net devices of all ports.
+    pub first_port: &'a NetDev,
+    /// Number of ports.
+    pub nports: u32,
     /// The node GUID (network byte order).
     pub node_guid: u64,
     /// The ib driver id reported to user space.
@@ -113,11 +146,11 @@ pub struct DeviceParams<'a> {
 /// On success ib_core owns the device; it reports back through [`IbDriver`] callbacks and
 /// drops `data` in `dealloc_driver`.
 pub fn register<T: IbDriver>(module: &'static ThisModule, p: &DeviceParams<'_>, data: T) -> Result {
-    let nports = u32::try_from(p.ports.len()).map_err(|_| EINVAL)?;
+    let nports = p.nports;
     if nports == 0 {
         return Err(EINVAL);
     }
-    let first = p.ports[0];
+    let first = p.first_port;
     // SAFETY: `first` is a live net device; the size covers `Alloc<T>`, which starts with the
     // `ib_device` (the `ib_alloc_device()` layout). kmalloc's alignment covers `T` (checked below).
     let raw = unsafe { b::rvr_ib_alloc_device(size_of::<Alloc<T>>(), first.as_raw()) };
@@ -152,11 +185,6 @@ pub fn register<T: IbDriver>(module: &'static ThisModule, p: &DeviceParams<'_>, 
     let result = (|| {
         // SAFETY: the data is initialised and the ops set (INVARIANT above).
         T::allocated(unsafe { Device::from_raw(raw) })?;
-        for (i, nd) in p.ports.iter().enumerate() {
-            let port = u32::try_from(i + 1).map_err(|_| EINVAL)?;
-            // SAFETY: `raw` is live and unregistered; `nd` is a live net device.
-            kernel::error::to_result(unsafe { b::ib_device_set_netdev(raw, nd.as_raw(), port) })?;
-        }
         // SAFETY: `raw` is fully set up; the name is NUL-terminated. With no DMA device,
         // ib_core uses the ib device itself (rvrdma moves data with the CPU).
         match unsafe { b::ib_register_device(raw, p.name.as_char_ptr(), core::ptr::null_mut()) } {
@@ -191,17 +219,6 @@ impl IbDeviceRef {
         // INVARIANT: `ib_device_get_by_netdev` returned a held reference.
         NonNull::new(p).map(Self)
     }
-
-    /// The device as driver `T`'s, if it is one.
-    pub fn as_driver<T: IbDriver>(&self) -> Option<&Device<T>> {
-        if Device::<T>::is_ours(self.0.as_ptr()) {
-            // SAFETY: it is ours, so it is an `Alloc<T>` with initialised data (set before the
-            // ops), live while we hold the reference.
-            Some(unsafe { Device::from_raw(self.0.as_ptr()) })
-        } else {
-            None
-        }
-    }
 }
 
 impl Drop for IbDeviceRef {
@@ -211,35 +228,69 @@ impl Drop for IbDeviceRef {
     }
 }
 
-/// Identifies a device of ours without keeping it alive: a registry entry.
+/// The list of a driver's live devices, kept under a lock the driver owns.
 ///
-/// The driver keeps these in a list under a lock that its [`IbDriver::dealloc`] also takes, so
-/// an entry found under the lock is always a live device.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct DeviceHandle(NonNull<b::ib_device>);
+/// # Invariants
+///
+/// Every entry is a device of driver `T` whose `dealloc_driver` has not yet returned: entries
+/// are added by [`IbDriver::allocated`] and removed by [`IbDriver::dealloc`] (both under the
+/// driver's lock around this registry), so an entry seen through `&self` is live with its data.
+pub struct Registry<T> {
+    list: KVec<NonNull<b::ib_device>>,
+    _t: PhantomData<T>,
+}
 
-// SAFETY: a handle is only an identity; dereferencing requires the registry lock (see `pin`).
-unsafe impl Send for DeviceHandle {}
+// SAFETY: the entries are only identities; they are dereferenced under the owner's lock.
+unsafe impl<T> Send for Registry<T> {}
 
-impl DeviceHandle {
-    /// The handle of `dev`.
-    pub fn of<T: IbDriver>(dev: &Device<T>) -> Self {
-        // The pointer of a live device is never null.
-        Self(NonNull::from(&dev.0).cast())
-    }
-
-    /// Keeps the device's memory alive past the registry lock.
+impl<T: IbDriver> Registry<T> {
+    /// An empty registry.
     ///
     /// # Safety
     ///
-    /// The device must still be live: the caller found the handle in its registry under the
-    /// lock that `dealloc` takes, and still holds that lock.
-    pub unsafe fn pin(&self) -> PinnedDevice {
-        // SAFETY: the device is live (caller's guarantee); `get_device` takes a kobject
-        // reference that keeps its memory allocated until `put_device`.
-        unsafe { b::rvr_ib_device_pin(self.0.as_ptr()) };
+    /// The driver must keep it behind a lock, call [`Registry::add`] from
+    /// [`IbDriver::allocated`] and [`Registry::remove`] from [`IbDriver::dealloc`] of every
+    /// device it registers, and never remove an entry otherwise.
+    pub const unsafe fn new() -> Self {
+        Self { list: KVec::new(), _t: PhantomData }
+    }
+
+    /// Records `dev` (from [`IbDriver::allocated`]).
+    pub fn add(&mut self, dev: &Device<T>) -> Result {
+        self.list.push(NonNull::from(&dev.0).cast(), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Forgets `dev` (from [`IbDriver::dealloc`]).
+    pub fn remove(&mut self, dev: &Device<T>) {
+        let raw = dev.as_raw();
+        if let Some(i) = self.list.iter().position(|e| e.as_ptr() == raw) {
+            let _ = self.list.remove(i);
+        }
+    }
+
+    /// The first device for which `pred` holds.
+    pub fn find(&self, pred: impl Fn(&Device<T>) -> bool) -> Option<&Device<T>> {
+        self.list.iter().map(|e| {
+            // SAFETY: by the type invariant every entry is a live device of `T` with data,
+            // and stays so while `&self` (the lock) is held.
+            unsafe { Device::<T>::from_raw(e.as_ptr()) }
+        }).find(|d| pred(d))
+    }
+
+    /// Keeps the last listed device's memory alive past the lock (for unregistration).
+    pub fn pin_last(&self) -> Option<PinnedDevice> {
+        let e = self.list.last()?;
+        // SAFETY: the entry is live (type invariant); `get_device` takes a kobject reference
+        // that keeps its memory allocated until `put_device`.
+        unsafe { b::rvr_ib_device_pin(e.as_ptr()) };
         // INVARIANT: we hold a kobject reference.
-        PinnedDevice(self.0)
+        Some(PinnedDevice(*e))
+    }
+
+    /// Whether `pinned` is still listed.
+    pub fn contains(&self, pinned: &PinnedDevice) -> bool {
+        self.list.iter().any(|e| *e == pinned.0)
     }
 }
 
@@ -251,11 +302,6 @@ impl DeviceHandle {
 pub struct PinnedDevice(NonNull<b::ib_device>);
 
 impl PinnedDevice {
-    /// Whether this is the device `h` names.
-    pub fn is(&self, h: DeviceHandle) -> bool {
-        self.0 == h.0
-    }
-
     /// Unregisters the device and waits until ib_core is done with it (no-op when it is
     /// already unregistered).
     pub fn unregister(&self) {
@@ -282,6 +328,7 @@ impl<T: IbDriver> Ops<T> {
         get_port_immutable: Some(Self::get_port_immutable),
         query_pkey: Some(Self::query_pkey),
         get_link_layer: Some(Self::get_link_layer),
+        get_netdev: Some(Self::get_netdev),
         alloc_ucontext: Some(Self::alloc_ucontext),
         dealloc_ucontext: Some(Self::dealloc_ucontext),
         dealloc_driver: Some(Self::dealloc_driver),
@@ -355,6 +402,15 @@ impl<T: IbDriver> Ops<T> {
             unsafe { pkey.write(v) };
             Ok(0)
         })
+    }
+
+    /// # Safety
+    ///
+    /// ib_core callback: `ibdev` is one of ours. May run in atomic context.
+    unsafe extern "C" fn get_netdev(ibdev: *mut b::ib_device, port: u32) -> *mut b::net_device {
+        // SAFETY: `ibdev` is ours and live.
+        T::get_netdev(unsafe { Device::from_raw(ibdev) }, port)
+            .map_or(core::ptr::null_mut(), NetDevRef::into_raw)
     }
 
     /// # Safety

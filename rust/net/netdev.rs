@@ -104,6 +104,20 @@ impl NetDevRef {
     }
 }
 
+impl NetDevRef {
+    /// Hands the reference to C (e.g. as the return value of `get_netdev`).
+    pub fn into_raw(self) -> *mut b::net_device {
+        let p = self.0.as_ptr();
+        core::mem::forget(self);
+        p
+    }
+
+    /// Whether this is the net device `other`.
+    pub fn is(&self, other: &NetDev) -> bool {
+        self.0.as_ptr() == other.as_raw()
+    }
+}
+
 impl core::ops::Deref for NetDevRef {
     type Target = NetDev;
 
