@@ -6,15 +6,17 @@ RVRDMA_CACHE ?= $(HOME)/.cache/rvrdma
 KDIR ?= $(RVRDMA_CACHE)/linux-release
 LIBCLANG_PATH ?= /usr/lib/llvm-19/lib
 export LIBCLANG_PATH
+# Build with the compiler the kernel was built with (the debug kernel is clang-built).
+LLVM ?= $(if $(shell grep -s '^CONFIG_CC_IS_CLANG=y' $(KDIR)/.config),-19,)
 
 .PHONY: all modules clean check demo shell
 all: modules
 
 modules:
-	$(MAKE) -C $(KDIR) M=$(CURDIR) LLVM= modules
+	$(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) modules
 
 clean:
-	$(MAKE) -C $(KDIR) M=$(CURDIR) clean
+	$(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) clean
 	rm -f rust/rdma_bindings_generated.rs
 
 # The two commands the README names, and a guest shell.

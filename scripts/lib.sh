@@ -13,15 +13,17 @@ RVRDMA_KSERIES=7.2
 
 if [ "$RVRDMA_DEBUG" = 1 ]; then
 	RVRDMA_VARIANT=debug
+	RVRDMA_LLVM=-19 # KASAN with Rust needs a clang-built kernel
 else
 	RVRDMA_VARIANT=release
+	RVRDMA_LLVM=
 fi
 
 # The built kernel tree (what `make KDIR=` and virtme-ng take).
 KDIR=${KDIR:-$RVRDMA_CACHE/linux-$RVRDMA_VARIANT}
 RUST_LIB_SRC=${RUST_LIB_SRC:-$RVRDMA_CACHE/rust-src/usr/lib/rustlib/src/rust/library}
 VENV=$RVRDMA_CACHE/venv
-export RVRDMA_TOP RVRDMA_CACHE RVRDMA_DEBUG KDIR RUST_LIB_SRC
+export RVRDMA_TOP RVRDMA_CACHE RVRDMA_DEBUG RVRDMA_LLVM KDIR RUST_LIB_SRC
 export PATH="$VENV/bin:$HOME/.cargo/bin:$PATH"
 
 die() {
