@@ -3,12 +3,12 @@
 //! responses, Atomic ACKs, implied NAKs, end-to-end credit updates, retry counting, the transport
 //! and RNR timers, and in-order completion of send WQEs.
 
-use crate::events::{Outputs, Timer, WcStatus};
+use crate::events::{Completion, CqKind, Outputs, Timer, WcOpcode, WcStatus};
 use crate::memory::Memory;
 use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
 use crate::requester::{SqLogic, SqOutcome, TxCtx};
 use crate::wire::{aeth::rnr_timer_ns, Headers, NakCode, Operation, Syndrome, Transport};
-use crate::wqe::SendSlot;
+use crate::wqe::{SendFlags, SendOpcode, SendSlot};
 
 impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
     /// The oldest WQE (counter) that is not done.
@@ -435,5 +435,137 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             Some(c) => self.complete_error(c, WcStatus::RetryExcErr, qpn, out),
             None => SqOutcome::Error,
         }
+    }
+
+    /// Completes the WQE at counter `c` with `status` (used for errors), writing its CQE now.
+    pub(crate) fn complete_error<O: Outputs>(
+        &mut self,
+        c: u64,
+        status: WcStatus,
+        qpn: u32,
+        out: &mut O,
+    ) -> SqOutcome {
+        let Some(s) = self.slot_mut(c) else {
+            return SqOutcome::Error;
+        };
+        s.done = true;
+        s.status = status as u32;
+        // Everything before `c` is done (in-order completion); retire them first.
+        match self.retire(qpn, out) {
+            SqOutcome::CqOverflow => SqOutcome::CqOverflow,
+            _ => SqOutcome::Error,
+        }
+    }
+
+    /// The completion of a send WQE with `status`.
+    pub(crate) fn make_wc(slot: &SendSlot, status: WcStatus, qpn: u32) -> Completion {
+        Completion {
+            wr_id: slot.wr.wr_id,
+            status,
+            opcode: wc_opcode(slot.wr.opcode),
+            byte_len: if status == WcStatus::Success {
+                slot.len
+            } else {
+                0
+            },
+            imm_or_rkey: 0,
+            qp_num: qpn,
+            src_qp: 0,
+            flags: 0,
+        }
+    }
+
+    /// Retires done WQEs from the head in order, writing CQEs for signaled ones and errors.
+    pub(crate) fn retire<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
+        if self.frozen {
+            return SqOutcome::CqOverflow;
+        }
+        let mut outcome = SqOutcome::Ok;
+        while self.head != self.tail {
+            let Some(s) = self.slot(self.head).copied() else {
+                break;
+            };
+            if !s.done {
+                break;
+            }
+            let status = status_from_u32(s.status);
+            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
+                let wc = Self::make_wc(&s, status, qpn);
+                if out.complete(CqKind::Send, &wc).is_err() {
+                    self.frozen = true;
+                    return SqOutcome::CqOverflow;
+                }
+            }
+            if status != WcStatus::Success {
+                outcome = SqOutcome::Error;
+            }
+            self.head = self.head.wrapping_add(1);
+            if self.send.wrapping_sub(self.head) > self.tail.wrapping_sub(self.head) {
+                self.send = self.head;
+                self.send_pkt = 0;
+            }
+        }
+        outcome
+    }
+
+    /// Flushes every WQE not yet retired with `IB_WC_WR_FLUSH_ERR`, oldest first.
+    pub fn flush<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
+        if self.frozen {
+            return SqOutcome::CqOverflow;
+        }
+        while self.head != self.tail {
+            let Some(s) = self.slot(self.head).copied() else {
+                break;
+            };
+            let status = if s.done {
+                status_from_u32(s.status)
+            } else {
+                WcStatus::WrFlushErr
+            };
+            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
+                let wc = Self::make_wc(&s, status, qpn);
+                if out.complete(CqKind::Send, &wc).is_err() {
+                    self.frozen = true;
+                    return SqOutcome::CqOverflow;
+                }
+            }
+            self.head = self.head.wrapping_add(1);
+        }
+        self.send = self.head;
+        self.send_pkt = 0;
+        self.rd_atomic_out = 0;
+        self.credit_wait = None;
+        SqOutcome::Ok
+    }
+}
+
+fn wc_opcode(op: SendOpcode) -> WcOpcode {
+    match op {
+        SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv => WcOpcode::Send,
+        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        SendOpcode::RdmaRead => WcOpcode::RdmaRead,
+        SendOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+        SendOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        SendOpcode::LocalInv => WcOpcode::LocalInv,
+        SendOpcode::RegMr => WcOpcode::RegMr,
+    }
+}
+
+fn status_from_u32(v: u32) -> WcStatus {
+    match v {
+        0 => WcStatus::Success,
+        1 => WcStatus::LocLenErr,
+        2 => WcStatus::LocQpOpErr,
+        4 => WcStatus::LocProtErr,
+        5 => WcStatus::WrFlushErr,
+        7 => WcStatus::BadRespErr,
+        8 => WcStatus::LocAccessErr,
+        9 => WcStatus::RemInvReqErr,
+        10 => WcStatus::RemAccessErr,
+        11 => WcStatus::RemOpErr,
+        12 => WcStatus::RetryExcErr,
+        13 => WcStatus::RnrRetryExcErr,
+        19 => WcStatus::FatalErr,
+        _ => WcStatus::GeneralErr,
     }
 }

@@ -67,6 +67,8 @@ pub enum WcOpcode {
     RecvRdmaWithImm = 129,
 }
 
+/// IB_WC_GRH: the first 40 bytes of a UD receive buffer hold a GRH.
+pub const WC_GRH: u32 = 1;
 /// IB_WC_WITH_IMM: [`Completion::imm_or_rkey`] holds immediate data.
 pub const WC_WITH_IMM: u32 = 1 << 1;
 /// IB_WC_WITH_INVALIDATE: [`Completion::imm_or_rkey`] holds the invalidated R_Key.

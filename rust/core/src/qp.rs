@@ -6,8 +6,14 @@
 //! Sans-IO: nothing here blocks, allocates or reads a clock. Everything the QP wants done goes
 //! through [`Outputs`]; memory is reached only through [`Memory`].
 //!
-//! Only the RC transport is implemented; UC and UD QPs are refused at creation
-//! ([`Qp::new`] returns `None`).
+//! Driving a QP: call [`Qp::progress`] after every `post_send`, `receive`, `timer_expired` and
+//! `modify` (it sends queued RDMA Read responses and ACKs first, then requests), as often as it
+//! keeps returning a full budget. ACKs and NAKs are emitted directly from `receive` unless they
+//! must wait behind read responses.
+//!
+//! RC is implemented in full; UC reuses the same logic without ACKs, credits or retries (a lost
+//! packet drops the message); UD sends single-packet datagrams with a DETH and checks the Q_Key.
+//! Other QP types are refused at creation ([`Qp::new`] returns `None`).
 
 use crate::apm::{
     Apm, ApmError, ApmModify, MigState, Migration, PathInfo, PathMatch, RetryExhausted, RxVerdict,
@@ -159,11 +165,13 @@ where
     /// Creates a QP in Reset. `sq` and `rq` are the queue storage (their lengths are the queue
     /// depths). `None` for QP types other than RC.
     pub fn new(create: QpCreate, sq: S, rq: R) -> Option<Qp<S, R>> {
-        if create.qp_type != QpType::Rc {
+        if !matches!(create.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) {
             return None;
         }
         let mut rql = RqLogic::new(rq);
         rql.config_mut().srq = create.srq;
+        rql.config_mut().uc = create.qp_type == QpType::Uc;
+        rql.config_mut().ud = create.qp_type == QpType::Ud;
         Some(Qp {
             create,
             sm: QpStateMachine::new(create.qp_type),
@@ -211,6 +219,14 @@ where
         &self.rq
     }
 
+    /// Sets the MTU in bytes for QP types whose Modify QP carries no path MTU (UD: the port's
+    /// active MTU). Values outside 256..=4096 are clamped.
+    pub fn set_port_mtu(&mut self, bytes: u32) {
+        let m = bytes.clamp(256, 4096);
+        self.sq.config_mut().mtu = m;
+        self.rq.config_mut().mtu = m;
+    }
+
     /// Query QP: the attributes as they are now.
     pub fn query(&self) -> QpAttrs {
         let mut a = self.attrs;
@@ -223,6 +239,14 @@ where
         a.rq_psn = self.rq.epsn();
         a.en_sqd_async_notify = self.sm.en_sqd_async_notify();
         a
+    }
+
+    fn transport(&self) -> Transport {
+        match self.create.qp_type {
+            QpType::Uc => Transport::Uc,
+            QpType::Ud => Transport::Ud,
+            _ => Transport::Rc,
+        }
     }
 
     fn tx_ctx(&self) -> (PathInfo, bool, u32, u16, u32) {
@@ -299,6 +323,8 @@ where
             self.apm.reset();
             let srq = self.create.srq;
             self.rq.config_mut().srq = srq;
+            self.rq.config_mut().uc = self.create.qp_type == QpType::Uc;
+            self.rq.config_mut().ud = self.create.qp_type == QpType::Ud;
         }
         self.apply_attrs(attrs, mask);
         match self.apm.modify(next, alt, mig) {
@@ -320,6 +346,7 @@ where
         }
         if mask.contains(AttrMask::QKEY) {
             self.attrs.qkey = a.qkey;
+            self.rq.config_mut().qkey = a.qkey;
         }
         if mask.contains(AttrMask::AV) {
             self.apm.set_primary(a.path);
@@ -383,7 +410,7 @@ where
         if t.last_wqe_reached && self.create.srq {
             out.async_event(AsyncEvent::QpLastWqeReached, None);
         }
-        if t.changes_state() && t.to == QpState::Rtr {
+        if t.changes_state() && t.to == QpState::Rtr && self.create.qp_type == QpType::Rc {
             let (path, mig, dest, pkey, qpn) = self.tx_ctx();
             let ctx = RxCtx {
                 path: &path,
@@ -391,6 +418,8 @@ where
                 dest_qp: dest,
                 pkey,
                 qpn,
+                src_gid: [0; 16],
+                dst_gid: [0; 16],
             };
             self.rq.initial_ack(&ctx, out);
         }
@@ -434,7 +463,11 @@ where
     fn handle_sq<O: Outputs>(&mut self, now: u64, o: SqOutcome, out: &mut O) {
         match o {
             SqOutcome::Ok => {}
-            SqOutcome::Error => self.enter_error(now, out),
+            SqOutcome::Error => {
+                // A send WQE failed: RC goes to Error, UC/UD to SQE (the RQ keeps working).
+                let t = self.sm.on_send_error();
+                self.apply_transition(now, &t, out);
+            }
             SqOutcome::CqOverflow => self.cq_overflow(CqKind::Send, out),
             SqOutcome::RetryExhausted => match self.apm.on_retry_exhausted() {
                 RetryExhausted::Migrated(m) => self.on_migration(&m, out),
@@ -469,6 +502,22 @@ where
     /// Posts a send WR. Refused at once in Reset, Init and RTR (seed 004); in Error it is
     /// accepted and completed with a flush error. Call [`Qp::progress`] afterwards to transmit.
     pub fn post_send<O: Outputs>(&mut self, wr: &SendWr, out: &mut O) -> Result<(), PostError> {
+        if self.create.qp_type == QpType::Uc
+            && (wr.opcode.is_read_or_atomic() || wr.opcode == crate::wqe::SendOpcode::SendWithInv)
+        {
+            return Err(PostError::InvalidWr);
+        }
+        if self.create.qp_type == QpType::Ud {
+            // UD: Send (with immediate) in a single packet, plus local operations.
+            let ok_op = matches!(
+                wr.opcode,
+                crate::wqe::SendOpcode::Send | crate::wqe::SendOpcode::SendWithImm
+            ) || wr.opcode.is_local();
+            let fits = wr.sg.total_len().is_some_and(|l| l <= self.sq.config().mtu);
+            if !ok_op || !fits {
+                return Err(PostError::InvalidWr);
+            }
+        }
         match self.sm.post_send() {
             PostVerdict::Refused => Err(PostError::InvalidState),
             PostVerdict::Flush => {
@@ -507,6 +556,8 @@ where
                         dest_qp: dest,
                         pkey,
                         qpn,
+                        src_gid: [0; 16],
+                        dst_gid: [0; 16],
                     };
                     self.rq.maybe_unsolicited_ack(&ctx, out);
                 }
@@ -531,7 +582,7 @@ where
         let ok_hdr = h.is_consistent()
             && h.bth.tver == 0
             && h.bth.dest_qp == self.create.qpn
-            && info.transport == Transport::Rc
+            && info.transport == self.transport()
             && (info.has_payload || payload.is_empty());
         // Seed 004: Reset and Init (and Error) drop every inbound packet.
         let ok_state = if info.is_request {
@@ -543,7 +594,12 @@ where
             self.dropped = self.dropped.wrapping_add(1);
             return;
         }
-        match self.apm.on_packet(h.bth.mig_req, arrived_on) {
+        let apm_verdict = if self.create.qp_type == QpType::Ud {
+            RxVerdict::Accept // UD has no connection path and no APM
+        } else {
+            self.apm.on_packet(h.bth.mig_req, arrived_on)
+        };
+        match apm_verdict {
             RxVerdict::Accept | RxVerdict::AcceptArmed => {}
             RxVerdict::AcceptMigrated(m) => self.on_migration(&m, out),
             RxVerdict::DropPathMigErr => {
@@ -567,6 +623,8 @@ where
                 dest_qp: dest,
                 pkey,
                 qpn,
+                src_gid: arrived_on.sgid,
+                dst_gid: arrived_on.dgid,
             };
             let o = self.rq.on_request(h, payload, &ctx, mem, out);
             self.handle_rq(now, o, out);
@@ -577,7 +635,8 @@ where
                 dest_qp: dest,
                 pkey,
                 qpn,
-                transport: Transport::Rc,
+                transport: self.transport(),
+                qkey: self.attrs.qkey,
             };
             let o = self.sq.on_response(now, h, payload, &ctx, mem, out);
             self.handle_sq(now, o, out);
@@ -612,6 +671,8 @@ where
                 dest_qp: dest,
                 pkey,
                 qpn,
+                src_gid: [0; 16],
+                dst_gid: [0; 16],
             };
             sent += self.rq.transmit(budget, &ctx, out);
         }
@@ -622,7 +683,8 @@ where
                 dest_qp: dest,
                 pkey,
                 qpn,
-                transport: Transport::Rc,
+                transport: self.transport(),
+                qkey: self.attrs.qkey,
             };
             let start_new = self.sm.sq_starts_new_requests();
             let (n, o) = self

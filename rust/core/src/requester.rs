@@ -7,7 +7,7 @@
 
 use crate::apm::PathInfo;
 use crate::credit::CreditLimit;
-use crate::events::{Completion, CqKind, Outputs, PayloadSource, Timer, WcOpcode, WcStatus};
+use crate::events::{Outputs, PayloadSource, Timer, WcStatus};
 use crate::memory::{Memory, ACCESS_LOCAL_WRITE};
 use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
 use crate::wire::{AtomicEth, Bth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
@@ -41,8 +41,10 @@ pub struct TxCtx<'a> {
     pub pkey: u16,
     /// Our QP number (for completions).
     pub qpn: u32,
-    /// Transport of this QP (RC or UC).
+    /// Transport of this QP (RC, UC or UD).
     pub transport: Transport,
+    /// The QP's own Q_Key (UD).
+    pub qkey: u32,
 }
 
 /// Static parameters of the SQ Logic (from Modify QP).
@@ -159,18 +161,6 @@ pub enum SqOutcome {
     CqOverflow,
     /// The retry count ran out (ask APM; if not armed, call `fail_retry_exceeded`).
     RetryExhausted,
-}
-
-pub(crate) fn wc_opcode(op: SendOpcode) -> WcOpcode {
-    match op {
-        SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv => WcOpcode::Send,
-        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-        SendOpcode::RdmaRead => WcOpcode::RdmaRead,
-        SendOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
-        SendOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
-        SendOpcode::LocalInv => WcOpcode::LocalInv,
-        SendOpcode::RegMr => WcOpcode::RegMr,
-    }
 }
 
 /// Number of PSNs a message of `len` bytes uses at `mtu` (at least one).
@@ -335,8 +325,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.sq.get_mut(i)
     }
 
-    /// Queues a send WR (the Qp already checked the state). `flush` queues it already failed
-    /// with a flush error (QP in Error / SQE).
+    /// Queues a send WR and gives it its SSN (the Qp already checked the state). Fails when the
+    /// SQ is full or the WR is malformed (gather list longer than 2^31 bytes, atomic result
+    /// buffer shorter than 8 bytes).
     pub fn post(&mut self, wr: &SendWr) -> Result<(), PostError> {
         let cap = self.sq.len() as u64;
         if self.outstanding() >= cap {
@@ -403,26 +394,6 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
     }
 
-    /// Completes the WQE at counter `c` with `status` (used for errors), writing its CQE now.
-    pub(crate) fn complete_error<O: Outputs>(
-        &mut self,
-        c: u64,
-        status: WcStatus,
-        qpn: u32,
-        out: &mut O,
-    ) -> SqOutcome {
-        let Some(s) = self.slot_mut(c) else {
-            return SqOutcome::Error;
-        };
-        s.done = true;
-        s.status = status as u32;
-        // Everything before `c` is done (in-order completion); retire them first.
-        match self.retire(qpn, out) {
-            SqOutcome::CqOverflow => SqOutcome::CqOverflow,
-            _ => SqOutcome::Error,
-        }
-    }
-
     /// Transmits what may go now: new packets within credits, fences and the
     /// outstanding-read limit, and retransmissions after a rewind. At most `budget` packets.
     /// Returns the number sent and what the Qp must do.
@@ -447,6 +418,13 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 break;
             };
             if slot.done {
+                // Completed meanwhile (e.g. ACKed while a rewind pointed at it): skip its PSNs.
+                if slot.started && slot.npsn > 0 {
+                    let end = Psn::new(slot.first_psn).add(slot.npsn);
+                    if end.is_after(self.next_psn) {
+                        self.next_psn = end;
+                    }
+                }
                 self.send = self.send.wrapping_add(1);
                 self.send_pkt = 0;
                 continue;
@@ -527,6 +505,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                         self.credit = self.credit.bump();
                     }
                 }
+                // A new message always takes the next unused PSN, whatever a retransmission
+                // pass left in `next_psn`.
+                self.next_psn = self.high_psn;
                 let first = self.next_psn;
                 let c = self.send;
                 if let Some(s) = self.slot_mut(c) {
@@ -539,6 +520,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 self.send_pkt = 0;
                 let lim = self.send_one(now, ctx, out, no_credit);
                 sent += 1;
+                if ctx.transport != Transport::Rc
+                    && self.retire(ctx.qpn, out) == SqOutcome::CqOverflow
+                {
+                    return (sent, SqOutcome::CqOverflow);
+                }
                 if lim {
                     break;
                 }
@@ -550,6 +536,10 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             }
             let lim = self.send_one(now, ctx, out, false);
             sent += 1;
+            if ctx.transport != Transport::Rc && self.retire(ctx.qpn, out) == SqOutcome::CqOverflow
+            {
+                return (sent, SqOutcome::CqOverflow);
+            }
             if lim {
                 break;
             }
@@ -573,7 +563,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         let mtu = self.cfg.mtu.max(1);
         let k = self.send_pkt;
         let n = slot.npsn.max(1);
-        let psn = self.next_psn;
+        // The PSN follows from the WQE's first PSN and the packet index, so a retransmission
+        // pass can never give a packet another message's PSN.
+        let psn = Psn::new(slot.first_psn).add(k);
         let retrans = psn.is_before(self.high_psn);
         let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, psn);
         bth.mig_req = ctx.mig_req;
@@ -644,6 +636,20 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 };
                 h.bth.opcode = opcode;
                 let info = opcode.info();
+                if info.has_deth {
+                    // UD: the WR's address handle names the destination.
+                    h.bth.dest_qp = wr.ud.remote_qpn & crate::wire::bth::QPN_MASK;
+                    h.bth.mig_req = false;
+                    let qkey = if wr.ud.remote_qkey & 0x8000_0000 != 0 {
+                        ctx.qkey
+                    } else {
+                        wr.ud.remote_qkey
+                    };
+                    h.deth = Some(crate::wire::Deth {
+                        qkey,
+                        src_qp: ctx.qpn,
+                    });
+                }
                 if info.has_reth {
                     h.reth = Some(Reth {
                         va: wr.remote_addr,
@@ -691,12 +697,22 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
         // A resumed RDMA Read may start later than `next_psn` (see above).
         let psn = h.bth.psn;
-        if retrans {
+        let uc = ctx.transport != Transport::Rc;
+        if uc {
+            // UC: no acknowledgements at all.
+            h.bth.ack_req = false;
+        }
+        if retrans && !uc {
             // A retransmitted packet always asks for an ACK: the responder answers duplicates
             // only when asked, and the requester may be waiting on exactly this packet.
             h.bth.ack_req = true;
         }
-        out.transmit(ctx.path, &h, payload);
+        let path = if ctx.transport == Transport::Ud {
+            &slot.wr.ud.path
+        } else {
+            ctx.path
+        };
+        out.transmit(path, &h, payload);
         self.counters.packets_sent = self.counters.packets_sent.wrapping_add(1);
         if retrans {
             self.counters.retransmitted = self.counters.retransmitted.wrapping_add(1);
@@ -705,7 +721,16 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         if self.next_psn.is_after(self.high_psn) {
             self.high_psn = self.next_psn;
         }
-        if self.rto_deadline.is_none() {
+        if uc {
+            // UC: a message is complete once its last packet is sent.
+            self.una = self.next_psn;
+            if wqe_done_sending {
+                let c = self.send;
+                if let Some(s) = self.slot_mut(c) {
+                    s.done = true;
+                }
+            }
+        } else if self.rto_deadline.is_none() {
             self.arm_rto(now, out);
         }
         if wqe_done_sending {
@@ -742,111 +767,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
         false
     }
-
-    /// Completion of the WQE the credit wait concerns, for completions of error paths.
-    pub(crate) fn make_wc(slot: &SendSlot, status: WcStatus, qpn: u32) -> Completion {
-        Completion {
-            wr_id: slot.wr.wr_id,
-            status,
-            opcode: wc_opcode(slot.wr.opcode),
-            byte_len: if status == WcStatus::Success {
-                slot.len
-            } else {
-                0
-            },
-            imm_or_rkey: 0,
-            qp_num: qpn,
-            src_qp: 0,
-            flags: 0,
-        }
-    }
-
-    /// Retires done WQEs from the head in order, writing CQEs for signaled ones and errors.
-    pub(crate) fn retire<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
-        if self.frozen {
-            return SqOutcome::CqOverflow;
-        }
-        let mut outcome = SqOutcome::Ok;
-        while self.head != self.tail {
-            let Some(s) = self.slot(self.head).copied() else {
-                break;
-            };
-            if !s.done {
-                break;
-            }
-            let status = status_from_u32(s.status);
-            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
-                let wc = Self::make_wc(&s, status, qpn);
-                if out.complete(CqKind::Send, &wc).is_err() {
-                    self.frozen = true;
-                    return SqOutcome::CqOverflow;
-                }
-            }
-            if status != WcStatus::Success {
-                outcome = SqOutcome::Error;
-            }
-            self.head = self.head.wrapping_add(1);
-            if self.send.wrapping_sub(self.head) > self.tail.wrapping_sub(self.head) {
-                self.send = self.head;
-                self.send_pkt = 0;
-            }
-        }
-        outcome
-    }
-
-    /// Flushes every WQE not yet retired with `IB_WC_WR_FLUSH_ERR`, oldest first.
-    pub fn flush<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
-        if self.frozen {
-            return SqOutcome::CqOverflow;
-        }
-        while self.head != self.tail {
-            let Some(s) = self.slot(self.head).copied() else {
-                break;
-            };
-            let status = if s.done {
-                status_from_u32(s.status)
-            } else {
-                WcStatus::WrFlushErr
-            };
-            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
-                let wc = Self::make_wc(&s, status, qpn);
-                if out.complete(CqKind::Send, &wc).is_err() {
-                    self.frozen = true;
-                    return SqOutcome::CqOverflow;
-                }
-            }
-            self.head = self.head.wrapping_add(1);
-        }
-        self.send = self.head;
-        self.send_pkt = 0;
-        self.rd_atomic_out = 0;
-        self.credit_wait = None;
-        SqOutcome::Ok
-    }
 }
 
 fn slot_sges(sq: &[SendSlot], i: Option<usize>) -> &[crate::wqe::Sge] {
     match i.and_then(|i| sq.get(i)) {
         Some(s) => s.wr.sg.as_slice(),
         None => &[],
-    }
-}
-
-pub(crate) fn status_from_u32(v: u32) -> WcStatus {
-    match v {
-        0 => WcStatus::Success,
-        1 => WcStatus::LocLenErr,
-        2 => WcStatus::LocQpOpErr,
-        4 => WcStatus::LocProtErr,
-        5 => WcStatus::WrFlushErr,
-        7 => WcStatus::BadRespErr,
-        8 => WcStatus::LocAccessErr,
-        9 => WcStatus::RemInvReqErr,
-        10 => WcStatus::RemAccessErr,
-        11 => WcStatus::RemOpErr,
-        12 => WcStatus::RetryExcErr,
-        13 => WcStatus::RnrRetryExcErr,
-        19 => WcStatus::FatalErr,
-        _ => WcStatus::GeneralErr,
     }
 }

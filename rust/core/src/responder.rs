@@ -17,13 +17,14 @@ use crate::memory::{
 };
 use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
 use crate::requester::npackets;
-use crate::wire::{
-    Aeth, AtomicAckEth, Bth, Headers, NakCode, Opcode, Operation, Position, Syndrome, Transport,
-};
+use crate::wire::{Aeth, Bth, Headers, NakCode, Opcode, Operation, Position, Syndrome};
 use crate::wqe::{RecvSlot, RecvWr};
 
-/// Number of responder resources (saved RDMA Read / atomic requests) a QP keeps.
-pub const MAX_RESOURCES: usize = 16;
+/// Bytes reserved for the GRH at the start of a UD receive buffer.
+pub const GRH_LEN: u32 = 40;
+
+pub use crate::resources::MAX_RESOURCES;
+use crate::resources::{AckItem, ResKind, Resource, FREE_RES};
 
 /// The responder acknowledges at least every this many request packets (besides AckReq and
 /// message ends).
@@ -42,6 +43,14 @@ pub struct RqConfig {
     pub access_flags: u32,
     /// The QP takes receive WQEs from an SRQ: ACKs carry credit code 0x1F.
     pub srq: bool,
+    /// Unreliable Connected: no ACK/NAK ever; a lost packet or any error silently drops the
+    /// message in progress and its receive WQE is reused for the next message.
+    pub uc: bool,
+    /// Unreliable Datagram: single-packet Sends checked against [`RqConfig::qkey`], a GRH
+    /// area in front of the payload, no ACKs.
+    pub ud: bool,
+    /// The QP's Q_Key (UD).
+    pub qkey: u32,
 }
 
 impl Default for RqConfig {
@@ -52,6 +61,9 @@ impl Default for RqConfig {
             max_dest_rd_atomic: 1,
             access_flags: 0,
             srq: false,
+            uc: false,
+            ud: false,
+            qkey: 0,
         }
     }
 }
@@ -78,45 +90,6 @@ pub struct RqCounters {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ResKind {
-    Free,
-    Read {
-        va: u64,
-        rkey: u32,
-        len: u32,
-        sent: u32,
-    },
-    Atomic {
-        orig: u64,
-    },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct AckItem {
-    psn: Psn,
-    syndrome: Syndrome,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Resource {
-    kind: ResKind,
-    /// First PSN of the responses to send (moves when a duplicate asks for part of a read).
-    psn: Psn,
-    /// The PSN range of the original request (duplicates anywhere in it match).
-    base_psn: Psn,
-    base_npsn: u32,
-    ack_before: Option<AckItem>,
-}
-
-const FREE_RES: Resource = Resource {
-    kind: ResKind::Free,
-    psn: Psn::ZERO,
-    base_psn: Psn::ZERO,
-    base_npsn: 0,
-    ack_before: None,
-};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum InMsg {
     Send {
         off: u32,
@@ -127,6 +100,15 @@ enum InMsg {
         len: u32,
         off: u32,
     },
+}
+
+/// A class A or C error: the NAK to send and how to report it locally.
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    code: NakCode,
+    status: WcStatus,
+    event: AsyncEvent,
+    wqe_in_use: bool,
 }
 
 /// What the Qp must do after an RQ Logic step.
@@ -155,12 +137,14 @@ pub struct RqLogic<R> {
     pub(crate) msn: u32,
     cur: Option<InMsg>,
     nak_seq_sent: bool,
-    res: [Resource; MAX_RESOURCES],
-    res_tail: u64,
-    res_send: u64,
-    pending_ack: Option<AckItem>,
+    pub(crate) res: [Resource; MAX_RESOURCES],
+    pub(crate) res_tail: u64,
+    pub(crate) res_send: u64,
+    pub(crate) pending_ack: Option<AckItem>,
     pkts_since_ack: u32,
     peer_may_stall: bool,
+    /// UC: drop Middle/Last packets until the next First/Only.
+    uc_skip: bool,
     pub(crate) cfg: RqConfig,
     pub(crate) counters: RqCounters,
     pub(crate) frozen: bool,
@@ -179,18 +163,10 @@ pub struct RxCtx<'a> {
     pub pkey: u16,
     /// Our QP number.
     pub qpn: u32,
-}
-
-fn position(k: u32, n: u32) -> Position {
-    if n <= 1 {
-        Position::Only
-    } else if k == 0 {
-        Position::First
-    } else if k.saturating_add(1) >= n {
-        Position::Last
-    } else {
-        Position::Middle
-    }
+    /// Source GID of the packet being processed (UD: goes into the GRH area).
+    pub src_gid: [u8; 16],
+    /// Destination GID of the packet being processed (UD).
+    pub dst_gid: [u8; 16],
 }
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
@@ -211,6 +187,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             pending_ack: None,
             pkts_since_ack: 0,
             peer_may_stall: false,
+            uc_skip: false,
             cfg: RqConfig::default(),
             counters: RqCounters::default(),
             frozen: false,
@@ -232,6 +209,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.pending_ack = None;
         self.pkts_since_ack = 0;
         self.peer_may_stall = false;
+        self.uc_skip = false;
         self.frozen = false;
     }
 
@@ -279,7 +257,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         }
     }
 
-    fn idx(&self, c: u64) -> Option<usize> {
+    pub(crate) fn idx(&self, c: u64) -> Option<usize> {
         let len = self.rq.len() as u64;
         if len == 0 {
             return None;
@@ -311,7 +289,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         Ok(())
     }
 
-    fn emit<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
+    pub(crate) fn emit<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
         let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, a.psn);
         bth.mig_req = ctx.mig_req;
         bth.pkey = ctx.pkey;
@@ -338,15 +316,6 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.pkts_since_ack = 0;
     }
 
-    /// Queues an ACK/NAK behind responses still to be sent, or sends it now.
-    fn queue_ack<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
-        if self.res_send == self.res_tail {
-            self.emit(a, ctx, out);
-        } else {
-            self.pending_ack = Some(a);
-        }
-    }
-
     fn ack(&self, psn: Psn) -> AckItem {
         AckItem {
             psn,
@@ -367,7 +336,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     pub fn maybe_unsolicited_ack<O: Outputs>(&mut self, ctx: &RxCtx<'_>, out: &mut O) {
         // Never let an unsolicited ACK replace a NAK still queued behind read responses.
         let nak_queued = matches!(self.pending_ack, Some(a) if !a.syndrome.is_ack());
-        if self.peer_may_stall && !self.cfg.srq && self.credits() > 0 && !self.frozen && !nak_queued
+        if self.peer_may_stall
+            && !self.cfg.uc
+            && !self.cfg.ud
+            && !self.cfg.srq
+            && self.credits() > 0
+            && !self.frozen
+            && !nak_queued
         {
             let a = self.ack(self.epsn.prev());
             self.queue_ack(a, ctx, out);
@@ -375,152 +350,19 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         }
     }
 
-    /// Sends queued RDMA Read responses, Atomic ACKs and the pending ACK, at most `budget`
-    /// packets. Returns the number sent.
-    pub fn transmit<O: Outputs>(&mut self, budget: usize, ctx: &RxCtx<'_>, out: &mut O) -> usize {
-        let mut sent = 0;
-        let mtu = self.cfg.mtu.max(1);
-        while sent < budget && self.res_send != self.res_tail {
-            let i = (self.res_send % MAX_RESOURCES as u64) as usize;
-            let Some(r) = self.res.get(i).copied() else {
-                break;
-            };
-            if let Some(a) = r.ack_before {
-                if let Some(m) = self.res.get_mut(i) {
-                    m.ack_before = None;
-                }
-                self.emit(a, ctx, out);
-                sent += 1;
-                continue;
-            }
-            let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, r.psn);
-            bth.mig_req = ctx.mig_req;
-            bth.pkey = ctx.pkey;
-            let aeth = Aeth {
-                syndrome: Syndrome::Ack {
-                    credit: self.credit_code(),
-                },
-                msn: self.msn,
-            };
-            match r.kind {
-                ResKind::Read {
-                    va,
-                    rkey,
-                    len,
-                    sent: off,
-                } => {
-                    let n = npackets(len, mtu);
-                    let k = off / mtu;
-                    let pos = position(k, n);
-                    let plen = len.saturating_sub(off).min(mtu);
-                    bth.opcode = Opcode::rdma_read_response(pos);
-                    bth.psn = r.psn.add(k);
-                    bth.pad_count = crate::wire::pad_count(plen as usize);
-                    let mut h = Headers::new(bth);
-                    if bth.opcode.info().has_aeth {
-                        h.aeth = Some(aeth);
-                    }
-                    let payload = if plen > 0 {
-                        PayloadSource::Remote {
-                            rkey,
-                            va: va.wrapping_add(u64::from(off)),
-                            len: plen,
-                        }
-                    } else {
-                        PayloadSource::None
-                    };
-                    out.transmit(ctx.path, &h, payload);
-                    let noff = off.saturating_add(plen);
-                    if let Some(m) = self.res.get_mut(i) {
-                        m.kind = ResKind::Read {
-                            va,
-                            rkey,
-                            len,
-                            sent: noff,
-                        };
-                    }
-                    if pos.ends_message() {
-                        self.res_send = self.res_send.wrapping_add(1);
-                    }
-                }
-                ResKind::Atomic { orig } => {
-                    bth.opcode = Opcode::RcAtomicAcknowledge;
-                    let mut h = Headers::new(bth);
-                    h.aeth = Some(aeth);
-                    h.atomic_ack_eth = Some(AtomicAckEth { orig });
-                    out.transmit(ctx.path, &h, PayloadSource::None);
-                    self.res_send = self.res_send.wrapping_add(1);
-                }
-                ResKind::Free => {
-                    self.res_send = self.res_send.wrapping_add(1);
-                    continue;
-                }
-            }
-            self.counters.responses_sent = self.counters.responses_sent.wrapping_add(1);
-            sent += 1;
-        }
-        if sent < budget && self.res_send == self.res_tail {
-            if let Some(a) = self.pending_ack.take() {
-                self.emit(a, ctx, out);
-                sent += 1;
-            }
-        }
-        sent
-    }
-
-    /// True when responses are waiting to be sent.
-    pub fn has_pending_responses(&self) -> bool {
-        self.res_send != self.res_tail || self.pending_ack.is_some()
-    }
-
-    fn pending_resources(&self) -> u64 {
-        self.res_tail.wrapping_sub(self.res_send)
-    }
-
-    fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {
-        let i = (self.res_tail % MAX_RESOURCES as u64) as usize;
-        let ack_before = self.pending_ack.take();
-        if let Some(r) = self.res.get_mut(i) {
-            *r = Resource {
-                kind,
-                psn,
-                base_psn: psn,
-                base_npsn: npsn,
-                ack_before,
-            };
-        }
-        self.res_tail = self.res_tail.wrapping_add(1);
-    }
-
-    /// Counter of a kept resource matching `pred`, newest first.
-    fn find_resource(&self, mut pred: impl FnMut(&Resource) -> bool) -> Option<u64> {
-        let kept = self.res_tail.min(MAX_RESOURCES as u64);
-        let mut k = 0;
-        while k < kept {
-            let c = self.res_tail.wrapping_sub(1).wrapping_sub(k);
-            let i = (c % MAX_RESOURCES as u64) as usize;
-            if let Some(r) = self.res.get(i) {
-                if pred(r) {
-                    return Some(c);
-                }
-            }
-            k += 1;
-        }
-        None
-    }
-
     /// A class A or C error: NAK now, complete the RQ WQE in use with `status` or raise
     /// `event`, and tell the Qp to go to Error.
-    fn fatal<O: Outputs>(
-        &mut self,
-        psn: Psn,
-        code: NakCode,
-        status: WcStatus,
-        event: AsyncEvent,
-        wqe_in_use: bool,
-        ctx: &RxCtx<'_>,
-        out: &mut O,
-    ) -> RqOutcome {
+    fn fatal<O: Outputs>(&mut self, psn: Psn, f: Fault, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
+        if self.cfg.uc {
+            self.uc_abandon();
+            return RqOutcome::Ok;
+        }
+        let Fault {
+            code,
+            status,
+            event,
+            wqe_in_use,
+        } = f;
         let a = AckItem {
             psn,
             syndrome: Syndrome::Nak(code),
@@ -555,10 +397,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let in_use = self.rq_next != self.rq_head;
         self.fatal(
             psn,
-            NakCode::InvalidRequest,
-            WcStatus::RemInvReqErr,
-            AsyncEvent::QpReqErr,
-            in_use,
+            Fault {
+                code: NakCode::InvalidRequest,
+                status: WcStatus::RemInvReqErr,
+                event: AsyncEvent::QpReqErr,
+                wqe_in_use: in_use,
+            },
             ctx,
             out,
         )
@@ -568,10 +412,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let in_use = self.rq_next != self.rq_head;
         self.fatal(
             psn,
-            NakCode::RemoteAccessError,
-            WcStatus::RemAccessErr,
-            AsyncEvent::QpAccessErr,
-            in_use,
+            Fault {
+                code: NakCode::RemoteAccessError,
+                status: WcStatus::RemAccessErr,
+                event: AsyncEvent::QpAccessErr,
+                wqe_in_use: in_use,
+            },
             ctx,
             out,
         )
@@ -617,7 +463,22 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         true
     }
 
+    /// UC: drop the message in progress; its receive WQE (if taken) serves the next message.
+    fn uc_abandon(&mut self) {
+        if self.rq_next != self.rq_head {
+            self.rq_next = self.rq_head;
+        }
+        self.cur = None;
+        self.uc_skip = true;
+        self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+    }
+
     fn rnr_nak<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
+        if self.cfg.uc {
+            // UC has no RNR NAK: the message is dropped.
+            self.uc_abandon();
+            return RqOutcome::Ok;
+        }
         self.counters.rnr_naks_sent = self.counters.rnr_naks_sent.wrapping_add(1);
         let a = AckItem {
             psn,
@@ -642,6 +503,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             return RqOutcome::Ok;
         }
         let psn = h.bth.psn;
+        if self.cfg.ud {
+            return self.on_ud_request(h, payload, ctx, mem, out);
+        }
+        if self.cfg.uc {
+            return self.on_uc_request(h, payload, ctx, mem, out);
+        }
         match classify_request_psn(psn, self.epsn) {
             RequestPsnClass::Invalid => {
                 // Class B: one PSN sequence error NAK per sequence error.
@@ -666,6 +533,119 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 self.on_expected(h, payload, ctx, mem, out)
             }
         }
+    }
+
+    /// UC (IBA 9.7.5.1.3 style): any PSN other than ePSN means packets were lost: the message
+    /// in progress is dropped and reception resumes at the next First/Only packet.
+    fn on_uc_request<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let psn = h.bth.psn;
+        let pos = h.info().position;
+        if psn != self.epsn {
+            self.counters.sequence_errors = self.counters.sequence_errors.wrapping_add(1);
+            if self.cur.is_some() {
+                self.uc_abandon();
+            }
+            self.uc_skip = true;
+        }
+        self.epsn = psn.next();
+        if self.uc_skip {
+            if !pos.starts_message() {
+                self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                return RqOutcome::Ok;
+            }
+            self.uc_skip = false;
+        }
+        let r = self.on_expected(h, payload, ctx, mem, out);
+        self.epsn = psn.next();
+        r
+    }
+
+    /// UD: one Send Only (with or without immediate) per message; a wrong Q_Key, a missing
+    /// receive WQE or any other problem silently drops the datagram. The first 40 bytes of the
+    /// receive buffer get a GRH (an IPv6 header built from the packet's GIDs).
+    fn on_ud_request<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let drop = |me: &mut Self| {
+            me.counters.silent_drops = me.counters.silent_drops.wrapping_add(1);
+            RqOutcome::Ok
+        };
+        let info = h.info();
+        let Some(deth) = h.deth else {
+            return drop(self);
+        };
+        if info.operation != Operation::Send || info.position != Position::Only {
+            return drop(self);
+        }
+        if deth.qkey != self.cfg.qkey {
+            return drop(self);
+        }
+        if !self.take_wqe() {
+            return drop(self);
+        }
+        let Some(wr) = self.wqe(self.rq_head) else {
+            return drop(self);
+        };
+        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let total = wr.sg.total_len().unwrap_or(0);
+        let need = plen.saturating_add(GRH_LEN);
+        let mut status = WcStatus::Success;
+        if need > total {
+            status = WcStatus::LocLenErr;
+        } else {
+            let mut grh = [0u8; GRH_LEN as usize];
+            grh[0] = 0x60;
+            let pl = u16::try_from(plen).unwrap_or(u16::MAX).to_be_bytes();
+            grh[4] = pl[0];
+            grh[5] = pl[1];
+            grh[6] = 0x11;
+            grh[7] = 64;
+            for (d, s) in grh[8..24].iter_mut().zip(ctx.src_gid.iter()) {
+                *d = *s;
+            }
+            for (d, s) in grh[24..40].iter_mut().zip(ctx.dst_gid.iter()) {
+                *d = *s;
+            }
+            if mem.scatter(wr.sg.as_slice(), 0, &grh).is_err()
+                || (plen > 0 && mem.scatter(wr.sg.as_slice(), GRH_LEN, payload).is_err())
+            {
+                status = WcStatus::LocProtErr;
+            }
+        }
+        let (imm, mut flags) = match h.immdt {
+            Some(i) => (i.imm, WC_WITH_IMM),
+            None => (0, 0),
+        };
+        flags |= crate::events::WC_GRH;
+        let wc = Completion {
+            wr_id: wr.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: if status == WcStatus::Success { need } else { 0 },
+            imm_or_rkey: imm,
+            qp_num: ctx.qpn,
+            src_qp: deth.src_qp,
+            flags,
+        };
+        if out.complete(CqKind::Recv, &wc).is_err() {
+            self.frozen = true;
+            return RqOutcome::CqOverflow;
+        }
+        self.rq_head = self.rq_head.wrapping_add(1);
+        self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
+        RqOutcome::Ok
     }
 
     fn on_duplicate<O: Outputs, M: Memory>(
@@ -731,15 +711,6 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     self.queue_ack(a, ctx, out);
                 }
             }
-        }
-    }
-
-    /// Makes resource `c` (and every later one) be sent again.
-    fn reschedule(&mut self, c: u64) {
-        let pending = self.res_tail.wrapping_sub(self.res_send);
-        let back = self.res_tail.wrapping_sub(c);
-        if back > pending {
-            self.res_send = c;
         }
     }
 
@@ -857,6 +828,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
         self.epsn = psn.next();
         self.pkts_since_ack = self.pkts_since_ack.saturating_add(1);
+        if self.cfg.uc {
+            return;
+        }
         if h.bth.ack_req || h.info().position.ends_message() || self.pkts_since_ack >= ACK_COALESCE
         {
             let a = self.ack(psn);
@@ -895,10 +869,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             {
                 return self.fatal(
                     psn,
-                    NakCode::RemoteOperationalError,
-                    WcStatus::LocQpOpErr,
-                    AsyncEvent::QpFatal,
-                    true,
+                    Fault {
+                        code: NakCode::RemoteOperationalError,
+                        status: WcStatus::LocQpOpErr,
+                        event: AsyncEvent::QpFatal,
+                        wqe_in_use: true,
+                    },
                     ctx,
                     out,
                 );
@@ -914,10 +890,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             // Length error: the Send overruns the receive buffers (class C).
             return self.fatal(
                 psn,
-                NakCode::InvalidRequest,
-                WcStatus::LocLenErr,
-                AsyncEvent::QpReqErr,
-                true,
+                Fault {
+                    code: NakCode::InvalidRequest,
+                    status: WcStatus::LocLenErr,
+                    event: AsyncEvent::QpReqErr,
+                    wqe_in_use: true,
+                },
                 ctx,
                 out,
             );
@@ -925,10 +903,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         if plen > 0 && mem.scatter(wr.sg.as_slice(), off, payload).is_err() {
             return self.fatal(
                 psn,
-                NakCode::RemoteOperationalError,
-                WcStatus::LocProtErr,
-                AsyncEvent::QpFatal,
-                true,
+                Fault {
+                    code: NakCode::RemoteOperationalError,
+                    status: WcStatus::LocProtErr,
+                    event: AsyncEvent::QpFatal,
+                    wqe_in_use: true,
+                },
                 ctx,
                 out,
             );
@@ -1062,10 +1042,4 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.pending_ack = None;
         RqOutcome::Ok
     }
-}
-
-/// The transport of RC request opcodes (used by the Qp's header checks).
-pub fn is_rc_request(h: &Headers) -> bool {
-    let i = h.info();
-    i.transport == Transport::Rc && i.is_request
 }

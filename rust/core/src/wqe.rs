@@ -182,6 +182,17 @@ pub struct RegMrParams {
     pub mr_handle: u64,
 }
 
+/// Destination of a UD send (the address handle of `struct ib_ud_wr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdDest {
+    /// Path (address vector) to the destination.
+    pub path: crate::apm::PathInfo,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key; if its top bit is set the QP's own Q_Key is used instead (IBA 10.2.5).
+    pub remote_qkey: u32,
+}
+
 /// A send work request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWr {
@@ -207,6 +218,8 @@ pub struct SendWr {
     pub swap: u64,
     /// Fast-register parameters (REG_MR).
     pub reg: RegMrParams,
+    /// Destination of a UD send.
+    pub ud: UdDest,
 }
 
 impl SendWr {
@@ -224,6 +237,11 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             reg: RegMrParams::default(),
+            ud: UdDest {
+                path: crate::apm::PathInfo::EMPTY,
+                remote_qpn: 0,
+                remote_qkey: 0,
+            },
         }
     }
 }

@@ -2,7 +2,7 @@
 //! Deterministic simulation of two rvrdma QPs over a lossy, duplicating, reordering network
 //! with two paths (the primary may die mid-run), plus unit tests of the seed rules.
 //!
-//! - `cargo test --test sim`: 1000 seeds (override with `SIM_SEEDS=n`, start with
+//! - `cargo test --test sim`: 2000 seeds (override with `SIM_SEEDS=n`, start with
 //!   `SIM_SEED_BASE=n`);
 //! - `SIM_SEED=n cargo test --test sim -- --nocapture sim_random_seeds`: replay one seed with a
 //!   trace.
@@ -49,12 +49,12 @@ fn sim_random_seeds() {
         assert!(r.is_ok(), "seed {seed} failed: {r:?}");
         return;
     }
-    let n = env("SIM_SEEDS").unwrap_or(1000);
+    let n = env("SIM_SEEDS").unwrap_or(2000);
     let base = env("SIM_SEED_BASE").unwrap_or(0);
     let start = std::time::Instant::now();
     let mut total_steps = 0u64;
     let mut failures = Vec::new();
-    let mut stats = [0u64; 9];
+    let mut stats = [0u64; 10];
     for seed in base..base + n {
         let (r, steps, sim) = run_seed(seed, false);
         total_steps += steps;
@@ -69,6 +69,7 @@ fn sim_random_seeds() {
             stats[5] += c.migrations;
             stats[6] += c.sq.retransmitted;
             stats[7] += c.sq.packets_sent;
+            stats[9] += c.rq.unsolicited_acks;
         }
         if let Err(e) = r {
             failures.push((seed, e));
@@ -84,8 +85,17 @@ fn sim_random_seeds() {
     );
     println!(
         "  sends beyond the LSN {}, RNR NAKs {}, retries {}, sequence NAKs {}, duplicates {}, \
-         migrations {}, retransmitted {} of {} request packets, SQD drains {}",
-        stats[0], stats[1], stats[2], stats[3], stats[4], stats[5], stats[6], stats[7], stats[8]
+         migrations {}, retransmitted {} of {} request packets, SQD drains {}, unsolicited ACKs {}",
+        stats[0],
+        stats[1],
+        stats[2],
+        stats[3],
+        stats[4],
+        stats[5],
+        stats[6],
+        stats[7],
+        stats[8],
+        stats[9]
     );
     if let Some((seed, e)) = failures.first() {
         let (_, _, sim) = run_seed(*seed, true);

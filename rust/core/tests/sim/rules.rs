@@ -65,6 +65,9 @@ pub struct Opts {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub to: QpState,
+    pub uc: bool,
+    /// Starting PSNs of node 0's and node 1's SQ (default PSN_A, PSN_B).
+    pub psns: (u32, u32),
 }
 
 impl Default for Opts {
@@ -78,6 +81,8 @@ impl Default for Opts {
             retry_cnt: 3,
             rnr_retry: 7,
             to: QpState::Rts,
+            uc: false,
+            psns: (PSN_A, PSN_B),
         }
     }
 }
@@ -89,6 +94,10 @@ pub struct Duo {
 }
 
 fn mk_end(i: usize, srq: bool) -> End {
+    mk_end_t(i, srq, QpType::Rc)
+}
+
+fn mk_end_t(i: usize, srq: bool, qp_type: QpType) -> End {
     let mem = SimMem::default();
     mem.add_mr(SRC, SRC_VA, 1 << 16, ACCESS_LOCAL_WRITE);
     mem.add_mr(DST, DST_VA, 1 << 16, ACCESS_LOCAL_WRITE);
@@ -101,7 +110,7 @@ fn mk_end(i: usize, srq: bool) -> End {
     mem.add_mr(ATM, ATM_VA, 64, ACCESS_REMOTE_ATOMIC);
     let qp = SimQp::new(
         QpCreate {
-            qp_type: QpType::Rc,
+            qp_type,
             qpn: 0x11 + i as u32,
             srq,
         },
@@ -119,13 +128,14 @@ fn mk_end(i: usize, srq: bool) -> End {
 
 impl Duo {
     pub fn new(o: Opts) -> Duo {
+        let t = if o.uc { QpType::Uc } else { QpType::Rc };
         let mut d = Duo {
-            e: [mk_end(0, o.srq[0]), mk_end(1, o.srq[1])],
+            e: [mk_end_t(0, o.srq[0], t), mk_end_t(1, o.srq[1], t)],
             now: 0,
             recv_seq: [0, 0],
         };
         for i in 0..2 {
-            d.to_init(i);
+            d.go_init(i);
             for _ in 0..o.pre_rtr_recvs[i] {
                 d.post_recv(i, 4096).expect("recv");
             }
@@ -134,18 +144,18 @@ impl Duo {
             return d;
         }
         for i in 0..2 {
-            d.to_rtr(i, &o);
+            d.go_rtr(i, &o);
         }
         if o.to == QpState::Rtr {
             return d;
         }
         for i in 0..2 {
-            d.to_rts(i, &o);
+            d.go_rts(i, &o);
         }
         d
     }
 
-    fn to_init(&mut self, i: usize) {
+    fn go_init(&mut self, i: usize) {
         let e = &mut self.e[i];
         let a = QpAttrs {
             qp_state: QpState::Init,
@@ -156,36 +166,37 @@ impl Duo {
         e.qp.modify(0, &a, m, &mut e.out).expect("INIT");
     }
 
-    fn to_rtr(&mut self, i: usize, o: &Opts) {
+    fn go_rtr(&mut self, i: usize, o: &Opts) {
         let e = &mut self.e[i];
         let a = QpAttrs {
             qp_state: QpState::Rtr,
             path: e.paths[0],
             path_mtu: 1,
             dest_qp_num: 0x11 + (1 - i) as u32,
-            rq_psn: if i == 0 { PSN_B } else { PSN_A },
+            rq_psn: if i == 0 { o.psns.1 } else { o.psns.0 },
             max_dest_rd_atomic: o.max_dest_rd_atomic,
             min_rnr_timer: 3,
             ..QpAttrs::default()
         };
-        let m = AttrMask::STATE
+        let mut m = AttrMask::STATE
             | AttrMask::AV
             | AttrMask::PATH_MTU
             | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
+            | AttrMask::RQ_PSN;
+        if !o.uc {
+            m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        }
         e.qp.modify(0, &a, m, &mut e.out).expect("RTR");
     }
 
-    fn to_rts(&mut self, i: usize, o: &Opts) {
+    fn go_rts(&mut self, i: usize, o: &Opts) {
         let e = &mut self.e[i];
         let mut a = QpAttrs {
             qp_state: QpState::Rts,
             timeout: 8,
             retry_cnt: o.retry_cnt,
             rnr_retry: o.rnr_retry,
-            sq_psn: if i == 0 { PSN_A } else { PSN_B },
+            sq_psn: if i == 0 { o.psns.0 } else { o.psns.1 },
             max_rd_atomic: o.max_rd_atomic,
             ..QpAttrs::default()
         };
@@ -195,6 +206,9 @@ impl Duo {
             | AttrMask::RNR_RETRY
             | AttrMask::SQ_PSN
             | AttrMask::MAX_QP_RD_ATOMIC;
+        if o.uc {
+            m = AttrMask::STATE | AttrMask::SQ_PSN;
+        }
         if o.armed {
             a.alt_path = e.paths[1];
             a.path_mig_state = MigState::Rearm;
@@ -1115,68 +1129,18 @@ fn requester_read_and_atomic_responses_fill_local_memory() {
 fn requester_psn_24_bit_wrap() {
     let mut d = Duo::new(Opts {
         pre_rtr_recvs: [0, 2],
+        psns: (0xFF_FFFE, 0xFF_FFFF),
         ..Opts::default()
     });
-    // Restart node 0's SQ at 0xFFFFFE and node 1's ePSN to match.
-    let _ = &mut d;
-    let mut d = {
-        let mut e = [mk_end(0, false), mk_end(1, false)];
-        let o = Opts::default();
-        let mut dd = Duo {
-            e: [mk_end(0, false), mk_end(1, false)],
-            now: 0,
-            recv_seq: [0, 0],
-        };
-        std::mem::swap(&mut dd.e, &mut e);
-        for i in 0..2 {
-            dd.to_init(i);
-        }
-        dd.post_recv(1, 4096).expect("recv");
-        for i in 0..2 {
-            let ee = &mut dd.e[i];
-            let a = QpAttrs {
-                qp_state: QpState::Rtr,
-                path: ee.paths[0],
-                path_mtu: 1,
-                dest_qp_num: 0x11 + (1 - i) as u32,
-                rq_psn: 0xFF_FFFE,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 3,
-                ..QpAttrs::default()
-            };
-            let m = AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER;
-            ee.qp.modify(0, &a, m, &mut ee.out).expect("RTR");
-            let a = QpAttrs {
-                qp_state: QpState::Rts,
-                timeout: 8,
-                retry_cnt: o.retry_cnt,
-                rnr_retry: 7,
-                sq_psn: 0xFF_FFFE,
-                max_rd_atomic: 4,
-                ..QpAttrs::default()
-            };
-            let m = AttrMask::STATE
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::SQ_PSN
-                | AttrMask::MAX_QP_RD_ATOMIC;
-            ee.qp.modify(0, &a, m, &mut ee.out).expect("RTS");
-        }
-        dd
-    };
     d.pump();
     d.post(0, send_wr(1, SendOpcode::Send, 4 * MTU))
         .expect("post");
+    d.post(1, read_wr(2, 3 * MTU)).expect("post");
     d.pump();
     assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
-    assert_eq!(d.e[0].qp.sq_logic().una(), 2);
+    assert_eq!(d.e[1].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[0].qp.sq_logic().una(), 2, "0xFFFFFE + 4 wraps to 2");
+    assert_eq!(d.e[1].qp.sq_logic().una(), 2);
 }
 
 #[test]
@@ -1399,7 +1363,7 @@ fn sqd_drains_and_raises_sq_drained_only_if_requested() {
         };
         let mut m = AttrMask::STATE;
         if notify {
-            m = m | AttrMask::EN_SQD_ASYNC_NOTIFY;
+            m |= AttrMask::EN_SQD_ASYNC_NOTIFY;
         }
         e.qp.modify(0, &a, m, &mut e.out).expect("SQD");
         d.post(0, send_wr(2, SendOpcode::Send, 10))
@@ -1543,10 +1507,14 @@ fn responder_send_with_invalidate_invalidates_rkey_and_reports_it() {
     d.pump();
     let c = d.e[1].out.recv_cqes[0];
     assert_eq!(c.status, WcStatus::Success);
-    assert_eq!(c.flags & rvrdma_core::events::WC_WITH_INVALIDATE, rvrdma_core::events::WC_WITH_INVALIDATE);
+    assert_eq!(
+        c.flags & rvrdma_core::events::WC_WITH_INVALIDATE,
+        rvrdma_core::events::WC_WITH_INVALIDATE
+    );
     assert_eq!(c.imm_or_rkey, RMT);
     // The R_Key is gone: a later RDMA Write to it fails with a remote access error.
-    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8))
+        .expect("post");
     d.pump();
     assert_eq!(d.e[0].out.send_cqes[1].status, WcStatus::RemAccessErr);
 }
@@ -1566,6 +1534,393 @@ fn local_inv_and_reg_mr_complete_in_order() {
     d.post(0, reg).expect("post");
     d.pump();
     let c = &d.e[0].out.send_cqes;
-    assert_eq!((c[0].opcode, c[0].status), (WcOpcode::LocalInv, WcStatus::Success));
-    assert_eq!((c[1].opcode, c[1].status), (WcOpcode::RegMr, WcStatus::Success));
+    assert_eq!(
+        (c[0].opcode, c[0].status),
+        (WcOpcode::LocalInv, WcStatus::Success)
+    );
+    assert_eq!(
+        (c[1].opcode, c[1].status),
+        (WcOpcode::RegMr, WcStatus::Success)
+    );
+}
+
+// ---- UC --------------------------------------------------------------------------------------
+
+#[test]
+fn uc_send_and_write_with_imm_without_acks() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    assert!(d.take(1).is_empty(), "no initial ACK on UC");
+    let data: Vec<u8> = (0..600u32).map(|x| (x * 7) as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post(0, send_wr(1, SendOpcode::Send, 600)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWriteWithImm, 300))
+        .expect("post");
+    let mut rd = SendWr::new(3, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 8,
+        lkey: DST,
+    }])
+    .expect("sg");
+    assert_eq!(
+        d.post(0, rd),
+        Err(PostError::InvalidWr),
+        "no RDMA Read on UC"
+    );
+    d.progress(0);
+    assert_eq!(d.e[0].out.send_cqes.len(), 2, "complete once sent");
+    let p = d.take(0);
+    assert!(p.iter().all(|(h, _, _)| !h.bth.ack_req));
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    d.progress(1);
+    assert!(d.take(1).is_empty(), "UC never acknowledges");
+    let rc = &d.e[1].out.recv_cqes;
+    assert_eq!((rc[0].opcode, rc[0].byte_len), (WcOpcode::Recv, 600));
+    assert_eq!(rc[1].opcode, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(
+        d.e[1].mem.0.borrow().read(DST, DST_VA, 600).expect("r"),
+        data
+    );
+}
+
+#[test]
+fn uc_lost_packet_drops_message_and_reuses_the_receive_wqe() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 5)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 4);
+    for (k, (h, pl, port)) in p.into_iter().enumerate() {
+        if k != 1 {
+            d.deliver(1, &h, &pl, port);
+        }
+    }
+    let rc = &d.e[1].out.recv_cqes;
+    assert_eq!(rc.len(), 1, "only the second message arrives");
+    assert_eq!(
+        (rc[0].wr_id, rc[0].byte_len),
+        (1000, 5),
+        "in the first receive WQE"
+    );
+    assert_eq!(d.state(1), QpState::Rts);
+}
+
+// ---- UD --------------------------------------------------------------------------------------
+
+fn ud_pair(qkeys: [u32; 2]) -> Duo {
+    let mut d = Duo {
+        e: [
+            mk_end_t(0, false, QpType::Ud),
+            mk_end_t(1, false, QpType::Ud),
+        ],
+        now: 0,
+        recv_seq: [0, 0],
+    };
+    for (e, qkey) in d.e.iter_mut().zip(qkeys) {
+        e.qp.set_port_mtu(1024);
+        let a = QpAttrs {
+            qp_state: QpState::Init,
+            qkey,
+            ..QpAttrs::default()
+        };
+        let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+        e.qp.modify(0, &a, m, &mut e.out).expect("INIT");
+        let a = QpAttrs {
+            qp_state: QpState::Rtr,
+            ..QpAttrs::default()
+        };
+        e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+            .expect("RTR");
+        let a = QpAttrs {
+            qp_state: QpState::Rts,
+            sq_psn: 7,
+            ..QpAttrs::default()
+        };
+        e.qp.modify(0, &a, AttrMask::STATE | AttrMask::SQ_PSN, &mut e.out)
+            .expect("RTS");
+    }
+    d
+}
+
+fn ud_send(id: u64, len: u32, qkey: u32) -> SendWr {
+    let mut w = send_wr(id, SendOpcode::SendWithImm, len);
+    w.ud.path = path(0, 0);
+    w.ud.remote_qpn = 0x12;
+    w.ud.remote_qkey = qkey;
+    w
+}
+
+#[test]
+fn ud_single_packet_send_with_deth_qkey_and_grh() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    let data: Vec<u8> = (0..300u32).map(|x| x as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post_recv(1, 1024).expect("recv");
+    d.post(0, ud_send(1, 300, 0x2222)).expect("post");
+    d.progress(0);
+    assert_eq!(
+        d.e[0].out.send_cqes[0].status,
+        WcStatus::Success,
+        "complete once sent"
+    );
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    let h = &p[0].0;
+    assert_eq!(h.bth.opcode, Opcode::UdSendOnlyWithImmediate);
+    assert_eq!(h.bth.dest_qp, 0x12);
+    let deth = h.deth.expect("DETH");
+    assert_eq!((deth.qkey, deth.src_qp), (0x2222, 0x11));
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!(c.byte_len, 340, "40-byte GRH + payload");
+    assert_eq!(c.src_qp, 0x11);
+    assert_eq!(
+        c.flags & rvrdma_core::events::WC_GRH,
+        rvrdma_core::events::WC_GRH
+    );
+    let got = d.e[1]
+        .mem
+        .0
+        .borrow()
+        .read(DST, DST_VA + 40, 300)
+        .expect("r");
+    assert_eq!(got, data);
+    assert!(d.take(1).is_empty(), "UD never acknowledges");
+}
+
+#[test]
+fn ud_wrong_qkey_is_dropped_and_long_sends_refused() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    d.post_recv(1, 1024).expect("recv");
+    d.post(0, ud_send(1, 10, 0x3333)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    assert!(
+        d.e[1].out.recv_cqes.is_empty(),
+        "Q_Key mismatch: silently dropped"
+    );
+    assert_eq!(
+        d.post(0, ud_send(2, 2000, 0x2222)),
+        Err(PostError::InvalidWr),
+        "> MTU"
+    );
+    // Top bit set: the QP's own Q_Key is used.
+    d.post(0, ud_send(3, 10, 0x8000_0000)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p[0].0.deth.expect("DETH").qkey, 0x1111);
+}
+
+#[test]
+fn uc_send_error_moves_to_sqe_flushes_sq_and_rq_keeps_working() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [1, 0],
+        ..Opts::default()
+    });
+    let mut bad = send_wr(1, SendOpcode::Send, 8);
+    bad.sg = SgList::from_slice(&[Sge {
+        addr: SRC_VA,
+        length: 8,
+        lkey: 0xbad,
+    }])
+    .expect("sg");
+    d.post(0, bad).expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 8)).expect("post");
+    d.progress(0);
+    assert_eq!(d.state(0), QpState::Sqe);
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(
+        (c[0].status, c[1].status),
+        (WcStatus::LocProtErr, WcStatus::WrFlushErr)
+    );
+    // The RQ still works in SQE.
+    d.post(1, send_wr(9, SendOpcode::Send, 4)).expect("post");
+    d.progress(1);
+    d.flow(1);
+    assert_eq!(d.e[0].out.recv_cqes[0].status, WcStatus::Success);
+}
+
+fn read_wr(id: u64, len: u32) -> SendWr {
+    let mut rd = SendWr::new(id, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: len,
+        lkey: DST,
+    }])
+    .expect("sg");
+    rd.remote_addr = RMT_VA;
+    rd.rkey = RMT;
+    rd
+}
+
+#[test]
+fn requester_implied_nak_retries_the_unanswered_read() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.pump();
+    d.post(0, read_wr(1, 100)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    d.progress(1);
+    let r = d.take(1);
+    assert_eq!(r.len(), 2, "read response, then the ACK of the send");
+    let (h, p, port) = &r[1];
+    d.deliver(0, h, p, *port); // the read response (r[0]) was lost
+    d.progress(0);
+    let again = d.take(0);
+    assert_eq!(again[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
+    assert_eq!(again[0].0.bth.psn, Psn::new(PSN_A));
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1);
+    for (h, p, port) in again {
+        d.deliver(1, &h, &p, port);
+    }
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c.len(), 2);
+    assert!(c.iter().all(|w| w.status == WcStatus::Success));
+}
+
+#[test]
+fn requester_resumes_a_partially_answered_read_from_the_first_missing_response() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    fill(&d.e[1].mem, RMT, RMT_VA, &[3u8; 600]);
+    d.post(0, read_wr(1, 600)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    d.progress(1);
+    let r = d.take(1);
+    assert_eq!(r.len(), 3);
+    d.deliver(0, &r[0].0, &r[0].1, 1); // First arrives, Middle and Last lost
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    let reth = p[0].0.reth.expect("RETH");
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 1));
+    assert_eq!((reth.va, reth.dma_len), (RMT_VA + MTU as u64, 600 - MTU));
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(
+        d.e[0].mem.0.borrow().read(DST, DST_VA, 600).expect("r"),
+        vec![3u8; 600]
+    );
+}
+
+#[test]
+fn malicious_peer_huge_lengths_unknown_rkeys_bogus_psns() {
+    // Huge RDMA Read length: invalid request, nothing read.
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaReadRequest, PSN_A);
+    h.reth = Some(Reth {
+        va: u64::MAX - 3,
+        rkey: RMT,
+        dma_len: u32::MAX,
+    });
+    d.deliver(1, &h, &[], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
+    // Write whose VA + length wraps around: remote access error, memory untouched.
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcRdmaWriteFirst, PSN_A);
+    h.reth = Some(Reth {
+        va: u64::MAX - 10,
+        rkey: RMT,
+        dma_len: 1 << 30,
+    });
+    d.deliver(1, &h, &[0u8; MTU as usize], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
+    // Unknown R_Key on an atomic: remote access error, not executed.
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut h = req(Opcode::RcCompareSwap, PSN_A);
+    h.atomic_eth = Some(AtomicEth {
+        va: 0x1000,
+        rkey: 0x7777,
+        swap_add: 1,
+        compare: 0,
+    });
+    d.deliver(1, &h, &[], 1);
+    assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 0);
+    // Bogus response PSNs at the requester: ignored as ghosts, nothing completes.
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 8))
+        .expect("post");
+    d.progress(0);
+    d.take(0);
+    for psn in [0u32, 0x7F_FFFF, 0xFF_FFFF, PSN_A + 5000] {
+        let mut h = Headers::new(Bth::new(Opcode::RcAcknowledge, 0x11, Psn::new(psn)));
+        h.aeth = Some(Aeth::nak(0, NakCode::RemoteAccessError));
+        d.deliver(0, &h, &[], 1);
+        let mut h = Headers::new(Bth::new(
+            Opcode::RcRdmaReadResponseOnly,
+            0x11,
+            Psn::new(psn),
+        ));
+        h.aeth = Some(Aeth::ack(0, 0));
+        d.deliver(0, &h, &[1, 2, 3], 1);
+    }
+    assert!(d.e[0].out.send_cqes.is_empty());
+    assert_eq!(d.state(0), QpState::Rts);
+}
+
+#[test]
+fn requester_new_message_takes_a_fresh_psn_after_rnr_and_late_ack() {
+    // Found by the simulation (seed 72171): an RNR NAK rewinds to a Send that a duplicate's ACK
+    // then completes; the next WQE must not reuse the Send's PSN.
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.take(1);
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.deliver(0, &h, &[], 1);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    d.deliver(1, &p[0].0, &p[0].1, 1); // no receive posted: RNR NAK
+    d.post_recv(1, 64).expect("recv");
+    let mut dup = p[0].0;
+    dup.bth.ack_req = true;
+    d.deliver(1, &dup, &p[0].1, 1); // a duplicate of the Send arrives: executed, ACKed
+    let r = d.take(1);
+    assert!(r
+        .iter()
+        .any(|(h, _, _)| aeth_of(h).syndrome == Syndrome::RnrNak { timer: 3 }));
+    for (h, pl, port) in r {
+        d.deliver(0, &h, &pl, port);
+    }
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.fire(0, Timer::Rnr);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaWriteOnly);
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 1), "fresh PSN");
 }

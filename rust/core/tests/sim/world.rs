@@ -34,7 +34,7 @@ const BASE_RDST: u64 = 0x5_0000_0000;
 const BASE_ATOM: u64 = 0x6_0000_0000;
 const BASE_SPARE: u64 = 0x7_0000_0000;
 
-const BUF: usize = 1 << 20;
+const BUF: usize = 2 << 20;
 const RSRC_LEN: usize = 64 * 1024;
 const ATOM_SLOTS: usize = 512;
 
@@ -47,6 +47,8 @@ pub enum Scenario {
     ApmArmed,
     /// No alternate path; the primary dies mid-run: node 0 ends in error.
     PathDeathUnarmed,
+    /// UC QPs over a lossy network: messages may be lost, never corrupted or reordered.
+    UcLossy,
 }
 
 #[derive(Clone, Debug)]
@@ -74,9 +76,16 @@ impl Config {
         let scenario = match seed % 10 {
             0 | 1 => Scenario::ApmArmed,
             2 => Scenario::PathDeathUnarmed,
+            3 => Scenario::UcLossy,
             _ => Scenario::Lossy,
         };
-        let mtu_enum = 1 + r.below(3) as u8; // 256..1024
+        // One run in five uses extreme shapes: 4096-byte MTU and large messages, or queues of
+        // depth 1 with heavy reordering.
+        let extreme = r.below(5);
+        let mtu_enum = match extreme {
+            0 => 5,
+            _ => 1 + r.below(3) as u8, // 256..1024
+        };
         let mtu = 128u32 << mtu_enum;
         let psn_base = if r.chance(500) { 0xFF_FFF0 } else { 0 };
         Config {
@@ -88,7 +97,11 @@ impl Config {
                 r.below(15)
             },
             dup: r.below(30),
-            jitter: r.below(3) * 2_000,
+            jitter: if extreme == 1 {
+                20_000
+            } else {
+                r.below(3) * 2_000
+            },
             base_delay: 1_000 + r.below(4_000),
             mtu_enum,
             n_wrs: [
@@ -99,9 +112,21 @@ impl Config {
                     r.below(15) as usize
                 },
             ],
-            sq_depth: 4 + r.below(13) as usize,
-            rq_depth: 4 + r.below(13) as usize,
-            max_len: mtu * (1 + r.below(4) as u32) + r.below(50) as u32,
+            sq_depth: if extreme == 1 {
+                1
+            } else {
+                4 + r.below(13) as usize
+            },
+            rq_depth: if extreme == 1 {
+                1
+            } else {
+                4 + r.below(13) as usize
+            },
+            max_len: if extreme == 0 {
+                mtu * (1 + r.below(8) as u32)
+            } else {
+                mtu * (1 + r.below(4) as u32) + r.below(50) as u32
+            },
             recv_lazy: r.below(400),
             psn0: [
                 (psn_base + r.below(30) as u32) & 0xFF_FFFF,
@@ -164,6 +189,8 @@ pub struct CreditModel {
     /// The WR (index into `wrs`) sent beyond the LSN whose wait point is its last packet.
     pub uncredited_wr: Option<usize>,
     pub uncredited_msgs: u64,
+    /// Which WR (index into `wrs`) and operation every request PSN belongs to.
+    pub owner: std::collections::HashMap<u32, (usize, rvrdma_core::wire::Operation)>,
 }
 
 impl CreditModel {
@@ -177,6 +204,7 @@ impl CreditModel {
             waiting: None,
             uncredited_wr: None,
             uncredited_msgs: 0,
+            owner: std::collections::HashMap::new(),
         }
     }
 }
@@ -207,6 +235,7 @@ pub struct Sim {
     /// SQD exercise on node 0: (first WR index that must not start, drained seen).
     pub sqd_guard: Option<usize>,
     pub sqd_done: bool,
+    pub uc_cursor: [usize; 2],
 }
 
 fn gid(node: usize, link: usize) -> [u8; 16] {
@@ -281,7 +310,11 @@ impl Sim {
             }
             let qp = SimQp::new(
                 QpCreate {
-                    qp_type: QpType::Rc,
+                    qp_type: if cfg.scenario == Scenario::UcLossy {
+                        QpType::Uc
+                    } else {
+                        QpType::Rc
+                    },
                     qpn: 0x11 + i as u32,
                     srq: false,
                 },
@@ -323,6 +356,7 @@ impl Sim {
             violation: None,
             sqd_guard: None,
             sqd_done: false,
+            uc_cursor: [0, 0],
             cfg,
         };
         for i in 0..2 {
@@ -334,9 +368,7 @@ impl Sim {
                 .map(|p| {
                     let op = p.wr.opcode;
                     let len = p.wr.sg.total_len().unwrap_or(0);
-                    let n = if op.is_atomic() {
-                        1
-                    } else if len == 0 {
+                    let n = if op.is_atomic() || len == 0 {
                         1
                     } else {
                         len.div_ceil(mtu)
@@ -390,6 +422,11 @@ impl Sim {
                     }
                 }
                 _ => SendOpcode::Send,
+            };
+            let op = if self.cfg.scenario == Scenario::UcLossy && (op.is_read_or_atomic()) {
+                SendOpcode::RdmaWriteWithImm
+            } else {
+                op
             };
             let len = if r.chance(100) {
                 0
@@ -547,13 +584,15 @@ impl Sim {
             a.rq_psn = self.cfg.psn0[peer];
             a.max_dest_rd_atomic = 16;
             a.min_rnr_timer = 1 + self.rng.below(4) as u8;
-            let m = AttrMask::STATE
+            let uc = self.cfg.scenario == Scenario::UcLossy;
+            let mut m = AttrMask::STATE
                 | AttrMask::AV
                 | AttrMask::PATH_MTU
                 | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER;
+                | AttrMask::RQ_PSN;
+            if !uc {
+                m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+            }
             n.qp.modify(0, &a, m, &mut n.out).expect("to RTR");
             a.qp_state = QpState::Rts;
             a.timeout = 8; // ~1 ms
@@ -571,6 +610,9 @@ impl Sim {
                 | AttrMask::RNR_RETRY
                 | AttrMask::SQ_PSN
                 | AttrMask::MAX_QP_RD_ATOMIC;
+            if uc {
+                m = AttrMask::STATE | AttrMask::SQ_PSN;
+            }
             if armed {
                 a.alt_path = n.paths[1];
                 a.path_mig_state = MigState::Rearm;
@@ -595,12 +637,9 @@ impl Sim {
             wr_id: 1_000_000 + k as u64,
             sg: sg(va, len, KEY_RECV, &mut r),
         };
-        match n.qp.post_recv(&wr, &mut n.out) {
-            Ok(()) => {
-                n.recv_regions.push((va, len));
-                n.recv_posted += 1;
-            }
-            Err(_) => {}
+        if n.qp.post_recv(&wr, &mut n.out).is_ok() {
+            n.recv_regions.push((va, len));
+            n.recv_posted += 1;
         }
     }
 
@@ -634,9 +673,6 @@ impl Sim {
             let lazy = self.cfg.recv_lazy;
             let n = &mut self.nodes[i];
             while n.recv_posted < n.recv_needed {
-                let outstanding =
-                    n.recv_posted - n.qp.counters().rq.packets_received.min(0) as usize;
-                let _ = outstanding;
                 if self.rng.below(1000) < lazy {
                     break;
                 }
@@ -817,13 +853,24 @@ impl Sim {
             return Err(format!("n{i} sent an undecodable packet"));
         };
         let info = h.info();
-        if !info.is_request {
+        if !info.is_request || self.cfg.scenario == Scenario::UcLossy {
             return Ok(());
         }
         let m = &mut self.credit[i];
         let Some(high) = m.high else { return Ok(()) };
         if h.bth.psn.is_before(high) {
-            return Ok(()); // retransmission: no credit check (seed 003)
+            // A retransmission: no credit check (seed 003), but it must repeat a packet of the
+            // same message that first used this PSN.
+            if let Some((wr, op)) = m.owner.get(&h.bth.psn.value()) {
+                if *op != info.operation {
+                    return Err(format!(
+                        "n{i}: PSN {:#x} of WR #{wr} ({op:?}) reused by a {:?} packet",
+                        h.bth.psn.value(),
+                        info.operation
+                    ));
+                }
+            }
+            return Ok(());
         }
         if h.bth.psn != high {
             return Err(format!(
@@ -879,6 +926,10 @@ impl Sim {
             }
         }
         let adv = if is_read { npsn - m.cur_pkt } else { 1 };
+        for k in 0..adv {
+            m.owner
+                .insert(h.bth.psn.add(k).value(), (m.cur, info.operation));
+        }
         m.high = Some(h.bth.psn.add(adv));
         if last {
             m.cur += 1;
@@ -891,7 +942,8 @@ impl Sim {
 
     /// Lossy runs with seed % 3 == 0 take node 0 through RTS -> SQD (notify) -> RTS halfway.
     fn maybe_sqd(&mut self) -> Result<(), String> {
-        if self.cfg.scenario != Scenario::Lossy || self.cfg.seed % 3 != 0 || self.sqd_done {
+        if self.cfg.scenario != Scenario::Lossy || !self.cfg.seed.is_multiple_of(3) || self.sqd_done
+        {
             return Ok(());
         }
         let n = &mut self.nodes[0];
@@ -902,9 +954,13 @@ impl Sim {
                     en_sqd_async_notify: true,
                     ..QpAttrs::default()
                 };
-                n.qp
-                    .modify(self.now, &a, AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY, &mut n.out)
-                    .map_err(|e| format!("to SQD: {e:?}"))?;
+                n.qp.modify(
+                    self.now,
+                    &a,
+                    AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY,
+                    &mut n.out,
+                )
+                .map_err(|e| format!("to SQD: {e:?}"))?;
                 let m = &self.credit[0];
                 self.sqd_guard = Some(if m.cur_pkt == 0 { m.cur } else { m.cur + 1 });
                 self.log(|| "n0 RTS -> SQD".to_string());
@@ -914,8 +970,7 @@ impl Sim {
                 qp_state: QpState::Rts,
                 ..QpAttrs::default()
             };
-            n.qp
-                .modify(self.now, &a, AttrMask::STATE, &mut n.out)
+            n.qp.modify(self.now, &a, AttrMask::STATE, &mut n.out)
                 .map_err(|e| format!("back to RTS: {e:?}"))?;
             self.sqd_guard = None;
             self.sqd_done = true;
@@ -947,6 +1002,8 @@ impl Sim {
             let sends_done = n.out.send_cqes.len() == n.plans.len();
             let recvs_done = if self.cfg.scenario == Scenario::PathDeathUnarmed {
                 true
+            } else if self.cfg.scenario == Scenario::UcLossy {
+                self.flights.is_empty()
             } else {
                 n.out.recv_cqes.len() >= n.recv_needed
             };
@@ -1020,7 +1077,7 @@ impl Sim {
                         _ => {}
                     }
                     drop(m);
-                    if plan.wr.opcode.is_write() {
+                    if plan.wr.opcode.is_write() && self.cfg.scenario != Scenario::UcLossy {
                         let pm = self.nodes[peer].mem.0.borrow();
                         let got = pm
                             .read(KEY_WTGT, plan.check_va, plan.data.len() as u64)
@@ -1051,8 +1108,42 @@ impl Sim {
                         wc.wr_id
                     ));
                 }
-                let Some(exp) = self.expected_recv[i].get(k).cloned() else {
-                    return Err(format!("n{i}: unexpected receive completion {k}"));
+                let exp = if self.cfg.scenario == Scenario::UcLossy {
+                    // Lost messages are skipped: find the next expected message that matches.
+                    let (va, _) = self.nodes[i].recv_regions[k];
+                    let m = self.nodes[i].mem.0.borrow();
+                    let mut found = None;
+                    while self.uc_cursor[i] < self.expected_recv[i].len() {
+                        let e = self.expected_recv[i][self.uc_cursor[i]].clone();
+                        self.uc_cursor[i] += 1;
+                        let imm = if wc.flags & rvrdma_core::events::WC_WITH_IMM != 0 {
+                            Some(wc.imm_or_rkey)
+                        } else {
+                            None
+                        };
+                        let data_ok = e.opcode != WcOpcode::Recv
+                            || m.read(KEY_RECV, va, e.len as u64)
+                                .map(|g| g == e.data)
+                                .unwrap_or(false);
+                        if e.opcode == wc.opcode && e.len == wc.byte_len && e.imm == imm && data_ok
+                        {
+                            found = Some(e);
+                            break;
+                        }
+                    }
+                    match found {
+                        Some(e) => e,
+                        None => {
+                            return Err(format!(
+                                "n{i}: UC receive {k} matches no remaining sent message"
+                            ))
+                        }
+                    }
+                } else {
+                    let Some(exp) = self.expected_recv[i].get(k).cloned() else {
+                        return Err(format!("n{i}: unexpected receive completion {k}"));
+                    };
+                    exp
                 };
                 if wc.opcode != exp.opcode || wc.byte_len != exp.len {
                     return Err(format!(
@@ -1130,6 +1221,19 @@ impl Sim {
                             // migration only through the peer's MigReq=1 packets.
                             return Err(format!("n{i}: no PATH_MIG event after the primary died"));
                         }
+                    }
+                }
+            }
+            Scenario::UcLossy => {
+                for i in 0..2 {
+                    if self.nodes[i].qp.state() != QpState::Rts {
+                        return Err(format!(
+                            "n{i}: UC QP ended in {:?}",
+                            self.nodes[i].qp.state()
+                        ));
+                    }
+                    if self.nodes[i].mem.0.borrow().atomics_executed != 0 {
+                        return Err(format!("n{i}: atomics on UC"));
                     }
                 }
             }

@@ -1,0 +1,220 @@
+//! RQ Logic responder resources (IBA 9.7.5.1.6, the "special queue" of Table 12-3): the RDMA
+//! Read and atomic requests the responder keeps so that duplicates are answered again (reads
+//! re-executed, atomics replayed from the saved result), and the ordered response stream: read
+//! responses, atomic ACKs and ACK/NAKs leave in PSN order, an ACK queued behind pending
+//! responses waits for them.
+
+use crate::events::{Outputs, PayloadSource};
+use crate::psn::Psn;
+use crate::requester::npackets;
+use crate::responder::{RqLogic, RxCtx};
+use crate::wire::{Aeth, AtomicAckEth, Bth, Headers, Opcode, Position, Syndrome};
+use crate::wqe::RecvSlot;
+
+/// Number of responder resources (saved RDMA Read / atomic requests) a QP keeps.
+pub const MAX_RESOURCES: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResKind {
+    Free,
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u32,
+        sent: u32,
+    },
+    Atomic {
+        orig: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AckItem {
+    pub(crate) psn: Psn,
+    pub(crate) syndrome: Syndrome,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Resource {
+    pub(crate) kind: ResKind,
+    /// First PSN of the responses to send (moves when a duplicate asks for part of a read).
+    pub(crate) psn: Psn,
+    /// The PSN range of the original request (duplicates anywhere in it match).
+    pub(crate) base_psn: Psn,
+    pub(crate) base_npsn: u32,
+    pub(crate) ack_before: Option<AckItem>,
+}
+
+pub(crate) const FREE_RES: Resource = Resource {
+    kind: ResKind::Free,
+    psn: Psn::ZERO,
+    base_psn: Psn::ZERO,
+    base_npsn: 0,
+    ack_before: None,
+};
+
+fn position(k: u32, n: u32) -> Position {
+    if n <= 1 {
+        Position::Only
+    } else if k == 0 {
+        Position::First
+    } else if k.saturating_add(1) >= n {
+        Position::Last
+    } else {
+        Position::Middle
+    }
+}
+
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+    /// Queues an ACK/NAK behind responses still to be sent, or sends it now.
+    pub(crate) fn queue_ack<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
+        if self.res_send == self.res_tail {
+            self.emit(a, ctx, out);
+        } else {
+            self.pending_ack = Some(a);
+        }
+    }
+
+    /// Sends queued RDMA Read responses, Atomic ACKs and the pending ACK, at most `budget`
+    /// packets. Returns the number sent.
+    pub fn transmit<O: Outputs>(&mut self, budget: usize, ctx: &RxCtx<'_>, out: &mut O) -> usize {
+        let mut sent = 0;
+        let mtu = self.cfg.mtu.max(1);
+        while sent < budget && self.res_send != self.res_tail {
+            let i = (self.res_send % MAX_RESOURCES as u64) as usize;
+            let Some(r) = self.res.get(i).copied() else {
+                break;
+            };
+            if let Some(a) = r.ack_before {
+                if let Some(m) = self.res.get_mut(i) {
+                    m.ack_before = None;
+                }
+                self.emit(a, ctx, out);
+                sent += 1;
+                continue;
+            }
+            let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, r.psn);
+            bth.mig_req = ctx.mig_req;
+            bth.pkey = ctx.pkey;
+            let aeth = Aeth {
+                syndrome: Syndrome::Ack {
+                    credit: self.credit_code(),
+                },
+                msn: self.msn,
+            };
+            match r.kind {
+                ResKind::Read {
+                    va,
+                    rkey,
+                    len,
+                    sent: off,
+                } => {
+                    let n = npackets(len, mtu);
+                    let k = off / mtu;
+                    let pos = position(k, n);
+                    let plen = len.saturating_sub(off).min(mtu);
+                    bth.opcode = Opcode::rdma_read_response(pos);
+                    bth.psn = r.psn.add(k);
+                    bth.pad_count = crate::wire::pad_count(plen as usize);
+                    let mut h = Headers::new(bth);
+                    if bth.opcode.info().has_aeth {
+                        h.aeth = Some(aeth);
+                    }
+                    let payload = if plen > 0 {
+                        PayloadSource::Remote {
+                            rkey,
+                            va: va.wrapping_add(u64::from(off)),
+                            len: plen,
+                        }
+                    } else {
+                        PayloadSource::None
+                    };
+                    out.transmit(ctx.path, &h, payload);
+                    let noff = off.saturating_add(plen);
+                    if let Some(m) = self.res.get_mut(i) {
+                        m.kind = ResKind::Read {
+                            va,
+                            rkey,
+                            len,
+                            sent: noff,
+                        };
+                    }
+                    if pos.ends_message() {
+                        self.res_send = self.res_send.wrapping_add(1);
+                    }
+                }
+                ResKind::Atomic { orig } => {
+                    bth.opcode = Opcode::RcAtomicAcknowledge;
+                    let mut h = Headers::new(bth);
+                    h.aeth = Some(aeth);
+                    h.atomic_ack_eth = Some(AtomicAckEth { orig });
+                    out.transmit(ctx.path, &h, PayloadSource::None);
+                    self.res_send = self.res_send.wrapping_add(1);
+                }
+                ResKind::Free => {
+                    self.res_send = self.res_send.wrapping_add(1);
+                    continue;
+                }
+            }
+            self.counters.responses_sent = self.counters.responses_sent.wrapping_add(1);
+            sent += 1;
+        }
+        if sent < budget && self.res_send == self.res_tail {
+            if let Some(a) = self.pending_ack.take() {
+                self.emit(a, ctx, out);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// True when responses are waiting to be sent.
+    pub fn has_pending_responses(&self) -> bool {
+        self.res_send != self.res_tail || self.pending_ack.is_some()
+    }
+
+    pub(crate) fn pending_resources(&self) -> u64 {
+        self.res_tail.wrapping_sub(self.res_send)
+    }
+
+    pub(crate) fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {
+        let i = (self.res_tail % MAX_RESOURCES as u64) as usize;
+        let ack_before = self.pending_ack.take();
+        if let Some(r) = self.res.get_mut(i) {
+            *r = Resource {
+                kind,
+                psn,
+                base_psn: psn,
+                base_npsn: npsn,
+                ack_before,
+            };
+        }
+        self.res_tail = self.res_tail.wrapping_add(1);
+    }
+
+    /// Counter of a kept resource matching `pred`, newest first.
+    pub(crate) fn find_resource(&self, mut pred: impl FnMut(&Resource) -> bool) -> Option<u64> {
+        let kept = self.res_tail.min(MAX_RESOURCES as u64);
+        let mut k = 0;
+        while k < kept {
+            let c = self.res_tail.wrapping_sub(1).wrapping_sub(k);
+            let i = (c % MAX_RESOURCES as u64) as usize;
+            if let Some(r) = self.res.get(i) {
+                if pred(r) {
+                    return Some(c);
+                }
+            }
+            k += 1;
+        }
+        None
+    }
+
+    /// Makes resource `c` (and every later one) be sent again.
+    pub(crate) fn reschedule(&mut self, c: u64) {
+        let pending = self.res_tail.wrapping_sub(self.res_send);
+        let back = self.res_tail.wrapping_sub(c);
+        if back > pending {
+            self.res_send = c;
+        }
+    }
+}
