@@ -17,7 +17,10 @@ mod tests {
         }
         for len in [0usize, 1, 7, 64, 301] {
             let slice = &data[..len];
-            assert_eq!(icrc::crc32_update(0xdebb_20e3, slice), crc32_le(0xdebb_20e3, slice));
+            assert_eq!(
+                icrc::crc32_update(0xdebb_20e3, slice),
+                crc32_le(0xdebb_20e3, slice)
+            );
             assert_eq!(icrc::crc32_update(!0, slice), crc32_le(!0, slice));
         }
     }

@@ -14,6 +14,7 @@ pub mod crc32;
 pub mod driver;
 pub mod ib;
 mod kunit_core;
+mod kunit_loopback;
 pub mod net;
 #[path = "core/src/lib.rs"]
 pub mod rvcore;

@@ -81,7 +81,9 @@ impl RvrDevice {
 
     fn port(&self, port: u32) -> Result<&Port> {
         let i = usize::try_from(port).map_err(|_| EINVAL)?;
-        i.checked_sub(1).and_then(|i| self.ports.get(i)).ok_or(EINVAL)
+        i.checked_sub(1)
+            .and_then(|i| self.ports.get(i))
+            .ok_or(EINVAL)
     }
 }
 

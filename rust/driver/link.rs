@@ -18,12 +18,16 @@ impl LinkDriver for RvrLink {
 
     fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         if ndev.is_vlan() {
-            pr_err!("{}: create the device on the real netdev, not a VLAN\n", ndev.name());
+            pr_err!(
+                "{}: create the device on the real netdev, not a VLAN\n",
+                ndev.name()
+            );
             return Err(EPERM);
         }
         // Ours are not in ib_core's netdev index (see `RvrDevice::get_netdev`); other drivers'
         // devices (rdma_rxe, siw) are.
-        if registry::with_device_of(ndev, |_| ()).is_some() || IbDeviceRef::by_netdev(ndev).is_some()
+        if registry::with_device_of(ndev, |_| ()).is_some()
+            || IbDeviceRef::by_netdev(ndev).is_some()
         {
             pr_err!("{} already has an RDMA device\n", ndev.name());
             return Err(EEXIST);

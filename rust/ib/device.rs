@@ -252,7 +252,10 @@ impl<T: IbDriver> Registry<T> {
     /// [`IbDriver::allocated`] and [`Registry::remove`] from [`IbDriver::dealloc`] of every
     /// device it registers, and never remove an entry otherwise.
     pub const unsafe fn new() -> Self {
-        Self { list: KVec::new(), _t: PhantomData }
+        Self {
+            list: KVec::new(),
+            _t: PhantomData,
+        }
     }
 
     /// Records `dev` (from [`IbDriver::allocated`]).
@@ -271,11 +274,14 @@ impl<T: IbDriver> Registry<T> {
 
     /// The first device for which `pred` holds.
     pub fn find(&self, pred: impl Fn(&Device<T>) -> bool) -> Option<&Device<T>> {
-        self.list.iter().map(|e| {
-            // SAFETY: by the type invariant every entry is a live device of `T` with data,
-            // and stays so while `&self` (the lock) is held.
-            unsafe { Device::<T>::from_raw(e.as_ptr()) }
-        }).find(|d| pred(d))
+        self.list
+            .iter()
+            .map(|e| {
+                // SAFETY: by the type invariant every entry is a live device of `T` with data,
+                // and stays so while `&self` (the lock) is held.
+                unsafe { Device::<T>::from_raw(e.as_ptr()) }
+            })
+            .find(|d| pred(d))
     }
 
     /// Keeps the last listed device's memory alive past the lock (for unregistration).
@@ -366,7 +372,9 @@ impl<T: IbDriver> Ops<T> {
     ) -> c_int {
         from_result(|| {
             // SAFETY: `ibdev` is ours and live; `attr` is valid and exclusively ours.
-            T::query_port(unsafe { Device::from_raw(ibdev) }, port, unsafe { &mut *attr })?;
+            T::query_port(unsafe { Device::from_raw(ibdev) }, port, unsafe {
+                &mut *attr
+            })?;
             Ok(0)
         })
     }
@@ -381,7 +389,9 @@ impl<T: IbDriver> Ops<T> {
     ) -> c_int {
         from_result(|| {
             // SAFETY: `ibdev` is ours and live; `imm` is valid and exclusively ours.
-            T::port_immutable(unsafe { Device::from_raw(ibdev) }, port, unsafe { &mut *imm })?;
+            T::port_immutable(unsafe { Device::from_raw(ibdev) }, port, unsafe {
+                &mut *imm
+            })?;
             Ok(0)
         })
     }
@@ -416,7 +426,10 @@ impl<T: IbDriver> Ops<T> {
     /// # Safety
     ///
     /// ib_core callback; reads nothing.
-    unsafe extern "C" fn get_link_layer(_ibdev: *mut b::ib_device, _port: u32) -> b::rdma_link_layer {
+    unsafe extern "C" fn get_link_layer(
+        _ibdev: *mut b::ib_device,
+        _port: u32,
+    ) -> b::rdma_link_layer {
         // Every rvrdma port is RoCE: Ethernet underneath.
         b::rdma_link_layer_IB_LINK_LAYER_ETHERNET
     }
@@ -424,7 +437,10 @@ impl<T: IbDriver> Ops<T> {
     /// # Safety
     ///
     /// ib_core callback with a context it allocated.
-    unsafe extern "C" fn alloc_ucontext(_uc: *mut b::ib_ucontext, udata: *mut b::ib_udata) -> c_int {
+    unsafe extern "C" fn alloc_ucontext(
+        _uc: *mut b::ib_ucontext,
+        udata: *mut b::ib_udata,
+    ) -> c_int {
         // The rxe ABI carries no driver data in GET_CONTEXT; an empty response is all it needs.
         // SAFETY: `udata` is valid per the callback contract.
         unsafe { b::rvr_ib_is_udata_in_empty(udata) }
@@ -444,6 +460,8 @@ impl<T: IbDriver> Ops<T> {
         T::dealloc(dev);
         // SAFETY: the data is initialised and ib_core never calls us again for this device;
         // it frees the memory after we return.
-        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*ibdev.cast::<Alloc<T>>()).data)) };
+        unsafe {
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*ibdev.cast::<Alloc<T>>()).data))
+        };
     }
 }

@@ -55,7 +55,10 @@ impl<T: LinkDriver> LinkRegistration<T> {
     /// # Safety
     ///
     /// Called by ib_core with a NUL-terminated name and a live, referenced net device.
-    unsafe extern "C" fn newlink_trampoline(name: *const c_char, ndev: *mut b::net_device) -> c_int {
+    unsafe extern "C" fn newlink_trampoline(
+        name: *const c_char,
+        ndev: *mut b::net_device,
+    ) -> c_int {
         // SAFETY: ib_core passes a NUL-terminated name buffer that outlives this call.
         let name = unsafe { CStr::from_char_ptr(name) };
         // SAFETY: ib_core holds a reference on `ndev` for the duration of the call.
