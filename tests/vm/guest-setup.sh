@@ -24,7 +24,7 @@ banner() {
 rvrdma guest ($(uname -r)). Topology:
   netns rvA: veth0 10.77.0.1 fd77::1 (rdma ${DUT:-rvr}0)   veth2 10.77.1.1 fd77:1::1
   netns rvB: veth1 10.77.0.2 fd77::2 (rdma ${DUT:-rvr}1)   veth3 10.77.1.2 fd77:1::2
-Try: ibv_devices; ibv_devinfo -v -d rvr0; ip netns exec rvA rdma link show; tests/vm/run-all.sh
+Try: ibv_devices; ibv_devinfo -v -d rvr0; rvA rdma link show (rvA/rvB: aliases for ip netns exec)
 (run-all.sh rebuilds the topology for each test.) Exit the shell to power the guest off.
 BANNER
 }
@@ -47,4 +47,4 @@ fi
 [ "${RVRDMA_SETUP:-1}" = 1 ] && banner
 [ "$setup_rc" -ne 0 ] && echo "rvrdma: guest setup failed (see above); the shell is yours anyway" >&2
 cd "${RVRDMA_TOP:-/}" || true
-exec bash -i
+exec bash --rcfile "$(dirname "$0")/guest-bashrc" -i

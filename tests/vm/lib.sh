@@ -266,7 +266,7 @@ dut_setup() {
 # gid_full ADDR: the GID spelled as sysfs does (8 groups of 4 hex digits); IPv4 -> ::ffff:a.b.c.d.
 # Pure bash (it runs in polling loops): IPv4 dotted quads and IPv6 without embedded IPv4.
 gid_full() {
-	local a=$1 head tail g out=() h=() t=() i
+	local a=$1 head tail grp=() h=() t=() i
 	if [[ $a =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
 		printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n' \
 			"${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}" "${BASH_REMATCH[4]}"
@@ -279,27 +279,28 @@ gid_full() {
 	fi
 	[ -n "$head" ] && IFS=: read -r -a h <<<"$head"
 	[ -n "$tail" ] && IFS=: read -r -a t <<<"$tail"
-	out=("${h[@]}")
+	grp=("${h[@]}")
 	if [[ $a == *::* ]]; then
 		for ((i = ${#h[@]} + ${#t[@]}; i < 8; i++)); do
-			out+=(0)
+			grp+=(0)
 		done
 	fi
-	out+=("${t[@]}")
-	[ "${#out[@]}" -eq 8 ] || { echo "bad address: $a" >&2; return 1; }
-	printf '%04x:%04x:%04x:%04x:%04x:%04x:%04x:%04x\n' "${out[@]/#/0x}"
+	grp+=("${t[@]}")
+	[ "${#grp[@]}" -eq 8 ] || { echo "bad address: $a" >&2; return 1; }
+	printf '%04x:%04x:%04x:%04x:%04x:%04x:%04x:%04x\n' "${grp[@]/#/0x}"
 }
 
 # sysfs_gid_index DEV GID TYPE: prints the index of GID with gid type TYPE ("RoCE v2") on port 1.
+# One grep over the table (it has up to 1024 entries: a process per entry is minutes under TCG).
 sysfs_gid_index() {
 	local dev=$1 gid=$2 type=$3 f i
-	for f in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
+	local port=/sys/class/infiniband/$dev/ports/1
+	while IFS= read -r f; do
 		i=${f##*/}
-		[ "$(cat "$f" 2>/dev/null)" = "$gid" ] || continue
-		[ "$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "$type" ] || continue
+		[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" = "$type" ] || continue
 		echo "$i"
 		return 0
-	done
+	done < <(grep -lsxF "$gid" "$port"/gids/*)
 	return 1
 }
 

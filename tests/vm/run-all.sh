@@ -50,12 +50,14 @@ count_ktap() {
 }
 
 echo "TAP version 13"
-echo "1..$((${#tests[@]} + 1))"
+echo "1..$((${#tests[@]} + 2))"
 echo "# kernel $(uname -r), link type ${RVRDMA_LINK_TYPE:-rvrdma}, results in $results"
 for t in "${tests[@]}"; do
 	n=$((n + 1))
 	name=$(basename "$t" .sh)
 	log=$results/$name.log
+	# The same test named more than once (a stress run): one log each.
+	[ -e "$log" ] && log=$results/$name.$n.log
 	kl_start=$(($(dmesg 2>/dev/null | wc -l) + 1))
 	echo "# ---- $name"
 	start=$SECONDS
@@ -100,6 +102,24 @@ for t in "${tests[@]}"; do
 		echo "ok $n $name # ${secs}s"
 	fi
 done
+
+# KUnit suites built into rvrdma.ko run at every insmod and print KTAP to the kernel log.
+n=$((n + 1))
+kunit=$(dmesg 2>/dev/null | sed -n 's/^\[[^]]*\] *# \([A-Za-z0-9_]*\): pass:\([0-9]*\) fail:\([0-9]*\) skip:\([0-9]*\) total:.*/\1 pass:\2 fail:\3 skip:\4/p' | grep -v '^Totals ' | sort | uniq -c)
+if [ -z "$kunit" ]; then
+	echo "ok $n KUnit suites in the kernel log # SKIP no KUnit results in the kernel log"
+	skip=$((skip + 1))
+elif grep -qv ' fail:0 ' <<<"$kunit"; then
+	echo "# KUnit results (count, suite, result):"
+	diag_lines <<<"$kunit"
+	echo "not ok $n KUnit suites in the kernel log"
+	fail=$((fail + 1))
+else
+	echo "# KUnit results (count, suite, result):"
+	diag_lines <<<"$kunit"
+	echo "ok $n KUnit suites in the kernel log"
+	pass=$((pass + 1))
+fi
 
 # The kernel log, all of it (boot included), checked once more: a report that came in late or
 # outside any test still fails the run.
