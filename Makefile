@@ -12,8 +12,9 @@ LLVM ?= $(if $(shell grep -s '^CONFIG_CC_IS_CLANG=y' $(KDIR)/.config),-19,)
 .PHONY: all modules clean check demo shell
 all: modules
 
+# flock: concurrent builds in one tree (a test run and an editor's build) wait for each other.
 modules:
-	$(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) modules
+	flock $(CURDIR)/.build.lock $(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) modules
 
 clean:
 	$(MAKE) -C $(KDIR) M=$(CURDIR) LLVM=$(LLVM) clean

@@ -7,9 +7,14 @@
 #include <net/addrconf.h>
 #include "rvrdma_helpers.h"
 
-struct ib_device *rvr_ib_alloc_device(size_t size, struct net_device *ndev)
+/*
+ * Like rdma_rxe and siw, devices start in init_net (in the default "shared" rdma netns mode they
+ * are visible from every namespace). Allocating them in the netdev's namespace made ib_core move
+ * them back to init_net when that namespace died, racing with their unregistration.
+ */
+struct ib_device *rvr_ib_alloc_device(size_t size)
 {
-	return _ib_alloc_device(size, dev_net(ndev));
+	return _ib_alloc_device(size, &init_net);
 }
 
 struct net_device *rvr_netdev_notifier_info_to_dev(void *info)

@@ -11,7 +11,7 @@
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/ib_addr.h>
 
-struct ib_device *rvr_ib_alloc_device(size_t size, struct net_device *ndev);
+struct ib_device *rvr_ib_alloc_device(size_t size);
 struct net_device *rvr_netdev_notifier_info_to_dev(void *info);
 enum ib_port_state rvr_ib_get_curr_port_state(struct net_device *ndev);
 enum ib_mtu rvr_ib_mtu_int_to_enum(int mtu);

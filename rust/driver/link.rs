@@ -35,7 +35,6 @@ impl LinkDriver for RvrLink {
         let data = RvrDevice::new(&[ndev])?;
         let params = DeviceParams {
             name,
-            first_port: ndev,
             nports: data.nports(),
             node_guid: ndev.eui64(),
             driver_id: DRIVER_ID,

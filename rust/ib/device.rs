@@ -128,10 +128,7 @@ impl<T: IbDriver> Drop for Registered<'_, T> {
 pub struct DeviceParams<'a> {
     /// The ib device name.
     pub name: &'a CStr,
-    /// The net device of port 1 (its namespace becomes the device's); the driver's data
-    /// holds the net devices of all ports.
-    pub first_port: &'a NetDev,
-    /// Number of ports.
+    /// Number of ports (the driver's data holds their net devices).
     pub nports: u32,
     /// The node GUID (network byte order).
     pub node_guid: u64,
@@ -150,10 +147,9 @@ pub fn register<T: IbDriver>(module: &'static ThisModule, p: &DeviceParams<'_>, 
     if nports == 0 {
         return Err(EINVAL);
     }
-    let first = p.first_port;
-    // SAFETY: `first` is a live net device; the size covers `Alloc<T>`, which starts with the
+    // SAFETY: the size covers `Alloc<T>`, which starts with the
     // `ib_device` (the `ib_alloc_device()` layout). kmalloc's alignment covers `T` (checked below).
-    let raw = unsafe { b::rvr_ib_alloc_device(size_of::<Alloc<T>>(), first.as_raw()) };
+    let raw = unsafe { b::rvr_ib_alloc_device(size_of::<Alloc<T>>()) };
     let raw = NonNull::new(raw).ok_or(ENOMEM)?.as_ptr();
     const { assert!(align_of::<Alloc<T>>() <= 8) };
     // SAFETY: `raw` is a fresh, zeroed allocation of `Alloc<T>` size; write the data in place

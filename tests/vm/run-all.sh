@@ -105,11 +105,16 @@ done
 
 # KUnit suites built into rvrdma.ko run at every insmod and print KTAP to the kernel log.
 n=$((n + 1))
-kunit=$(dmesg 2>/dev/null | sed -n 's/^\[[^]]*\] *# \([A-Za-z0-9_]*\): pass:\([0-9]*\) fail:\([0-9]*\) skip:\([0-9]*\) total:.*/\1 pass:\2 fail:\3 skip:\4/p' | grep -v '^Totals ' | sort | uniq -c)
-if [ -z "$kunit" ]; then
-	echo "ok $n KUnit suites in the kernel log # SKIP no KUnit results in the kernel log"
+# Top-level KTAP result lines of rvrdma's suites: "[ts] ok N rvrdma_..." / "[ts] not ok N rvrdma_...".
+kunit=$(dmesg 2>/dev/null | sed -n 's/^\[[^]]*\] \(\(not \)\{0,1\}ok\) [0-9]* \(rvrdma_[A-Za-z0-9_]*\).*/\3 \1/p' | sort | uniq -c)
+if [ -z "$kunit" ] && [ "${RVRDMA_LINK_TYPE:-rvrdma}" != rvrdma ]; then
+	echo "ok $n KUnit suites in the kernel log # SKIP rvrdma.ko not under test (RVRDMA_LINK_TYPE=$RVRDMA_LINK_TYPE)"
 	skip=$((skip + 1))
-elif grep -qv ' fail:0 ' <<<"$kunit"; then
+elif [ -z "$kunit" ]; then
+	echo "# no rvrdma KUnit suite reported in the kernel log"
+	echo "not ok $n KUnit suites in the kernel log"
+	fail=$((fail + 1))
+elif grep -q ' not ok$' <<<"$kunit"; then
 	echo "# KUnit results (count, suite, result):"
 	diag_lines <<<"$kunit"
 	echo "not ok $n KUnit suites in the kernel log"

@@ -215,6 +215,22 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let back = self.res_tail.wrapping_sub(c);
         if back > pending {
             self.res_send = c;
+            // Every later response goes out again from its first packet (a read already sent,
+            // in full or in part, would otherwise resume at its old offset).
+            let mut k = c.wrapping_add(1);
+            let mut n = 0;
+            while k != self.res_tail && n < MAX_RESOURCES {
+                let i = (k % MAX_RESOURCES as u64) as usize;
+                if let Some(Resource {
+                    kind: ResKind::Read { sent, .. },
+                    ..
+                }) = self.res.get_mut(i)
+                {
+                    *sent = 0;
+                }
+                k = k.wrapping_add(1);
+                n += 1;
+            }
         }
     }
 }

@@ -1924,3 +1924,47 @@ fn requester_new_message_takes_a_fresh_psn_after_rnr_and_late_ack() {
     assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaWriteOnly);
     assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 1), "fresh PSN");
 }
+
+// ---- regressions found by the `responder_packets` fuzz target -----------------------------
+
+/// A duplicate RDMA Read moved the response cursor back and every later read was sent again
+/// from its stale `sent` offset: a read already answered in full went out as a zero-length
+/// RDMA Read Response Last with a PSN past its range.
+#[test]
+fn fuzz_duplicate_read_resent_later_read_from_stale_offset() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 600]);
+    let read = |psn: u32, va: u64| {
+        let mut h = req(Opcode::RcRdmaReadRequest, psn);
+        h.reth = Some(Reth {
+            va,
+            rkey: RMT,
+            dma_len: 300,
+        });
+        h
+    };
+    let first = read(PSN_A, RMT_VA);
+    let second = read(PSN_A + 2, RMT_VA + 300);
+    d.deliver(1, &first, &[], 1);
+    d.deliver(1, &second, &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 4);
+    // The first read again: it is answered again, and so is the second, each in full.
+    d.deliver(1, &first, &[], 1);
+    d.progress(1);
+    let p = d.take(1);
+    let seen: Vec<(Opcode, u32, usize)> = p
+        .iter()
+        .map(|(h, pl, _)| (h.bth.opcode, h.bth.psn.value(), pl.len()))
+        .collect();
+    let want = |psn: u32| {
+        [
+            (Opcode::RcRdmaReadResponseFirst, psn, 256),
+            (Opcode::RcRdmaReadResponseLast, psn + 1, 44),
+        ]
+    };
+    let mut expect = want(PSN_A).to_vec();
+    expect.extend(want(PSN_A + 2));
+    assert_eq!(seen, expect);
+}
