@@ -12,8 +12,8 @@ use kernel::prelude::*;
 kernel::sync::global_lock! {
     // SAFETY: initialised by `init()` in the module initialiser, before any use.
     unsafe(uninit) static DEVICES: Mutex<Registry<RvrDevice>> =
-        // SAFETY: the registry lives behind this lock; `RvrDevice::allocated` adds and
-        // `RvrDevice::dealloc` removes every device, and nothing else removes entries.
+        // Every device is added by `RvrDevice::allocated` and removed by `RvrDevice::dealloc`.
+        // SAFETY: the registry lives behind this lock, and nothing else removes entries.
         unsafe { Registry::new() };
 }
 

@@ -54,8 +54,8 @@ impl<T: IbDriver> Device<T> {
     ///
     /// `ptr` must be the `ibdev` field of a live `Alloc<T>` with initialised data, for `'a`.
     unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
-        // SAFETY: `Device<T>` is `repr(transparent)` over `Opaque<ib_device>`; liveness is the
-        // caller's guarantee.
+        // `Device<T>` is `repr(transparent)` over `Opaque<ib_device>`.
+        // SAFETY: the cast keeps the layout; liveness is the caller's guarantee.
         unsafe { &*ptr.cast::<Self>() }
     }
 
@@ -67,8 +67,8 @@ impl<T: IbDriver> Device<T> {
     /// The driver's data.
     pub fn data(&self) -> &T {
         let alloc = self.as_raw().cast::<Alloc<T>>();
-        // SAFETY: by the type invariant `ibdev` is the first field of a live `Alloc<T>` with
-        // initialised data.
+        // By the type invariant `ibdev` is the first field of a live `Alloc<T>`.
+        // SAFETY: so the cast is in bounds and `data` is initialised.
         unsafe { &(*alloc).data }
     }
 
@@ -87,9 +87,9 @@ impl<T: IbDriver> Device<T> {
     /// The device while it is registered: `None` before registration completes and once
     /// unregistration has begun.
     pub fn registered(&self) -> Option<Registered<'_, T>> {
-        // SAFETY: the device is live; `ib_device_try_get` takes the registration reference
-        // only while it is nonzero.
         // INVARIANT: on success we hold one registration reference.
+        // `ib_device_try_get` takes the registration reference only while it is nonzero.
+        // SAFETY: the device is live.
         unsafe { b::rvr_ib_device_try_get(self.as_raw()) }.then_some(Registered(self))
     }
 }

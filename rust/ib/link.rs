@@ -38,8 +38,8 @@ impl<T: LinkDriver> LinkRegistration<T> {
     pub fn register() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             ops <- Opaque::ffi_init(|slot: *mut b::rdma_link_ops| {
-                // SAFETY: `slot` is valid for writes; zero is a valid `rdma_link_ops` before we
-                // set the type and callback.
+                // A zeroed `rdma_link_ops` is valid; we then set the type and callback.
+                // SAFETY: `slot` is valid for writes and these fields are plain data.
                 unsafe {
                     slot.write(core::mem::zeroed());
                     (*slot).type_ = T::TYPE.as_char_ptr();

@@ -21,9 +21,9 @@ impl NetDev {
     ///
     /// `ptr` must point to a live `struct net_device` that stays alive for `'a`.
     pub unsafe fn from_raw<'a>(ptr: *mut b::net_device) -> &'a NetDev {
-        // SAFETY: `NetDev` is `repr(transparent)` over `Opaque<net_device>`, and the caller
-        // guarantees the device outlives `'a`.
         // INVARIANT: the caller guarantees liveness for `'a`.
+        // `NetDev` is `repr(transparent)` over `Opaque<net_device>`.
+        // SAFETY: the cast keeps the layout; the caller guarantees the device outlives `'a`.
         unsafe { &*ptr.cast::<NetDev>() }
     }
 
@@ -34,8 +34,8 @@ impl NetDev {
 
     /// The interface name (e.g. `veth0`).
     pub fn name(&self) -> &CStr {
-        // SAFETY: by the type invariant the device is live; its name is a NUL-terminated array
-        // that lives as long as the device.
+        // The name is a NUL-terminated array inside the device.
+        // SAFETY: the device is live (type invariant), so the name is too.
         unsafe { CStr::from_char_ptr(b::rvr_netdev_name(self.as_raw())) }
     }
 

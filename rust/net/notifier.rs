@@ -48,14 +48,14 @@ impl<H: NetdevHandler> NetdevNotifier<H> {
     pub fn register() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             nb <- Opaque::try_ffi_init(|slot: *mut b::notifier_block| {
-                // SAFETY: `slot` is valid for writes; a zeroed notifier block with a callback is
-                // a valid initial value.
+                // A zeroed notifier block with a callback is a valid initial value.
+                // SAFETY: `slot` is valid for writes.
                 unsafe {
                     slot.write(core::mem::zeroed());
                     (*slot).notifier_call = Some(Self::trampoline);
                 }
-                // SAFETY: `slot` is pinned and unregistered in `drop` before it is freed.
                 // INVARIANT: on success the block is registered.
+                // SAFETY: `slot` is pinned and unregistered in `drop` before it is freed.
                 kernel::error::to_result(unsafe { b::register_netdevice_notifier(slot) })
             }),
             _h: PhantomData,
