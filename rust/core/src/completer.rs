@@ -99,9 +99,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
 
     fn after_progress<O: Outputs>(&mut self, now: u64, qpn: u32, out: &mut O) -> SqOutcome {
         if self.una == self.high_psn {
-            if self.rto_deadline.take().is_some() {
-                out.cancel_timer(Timer::Retransmit);
-            }
+            self.cancel_rto(out);
         } else if self.rnr_until.is_none() {
             self.arm_rto(now, out);
         }
@@ -193,64 +191,69 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             },
             Syndrome::RnrNak { timer } => {
                 self.counters.rnr_naks_received = self.counters.rnr_naks_received.wrapping_add(1);
-                if psn != self.una {
-                    if let Some(m) = self.ack_through(psn.prev()) {
-                        return self.nak_retry(m);
-                    }
+                if let Some(m) = self.ack_before_nak(psn) {
+                    return self.nak_retry(m);
                 }
                 if self.cfg.rnr_retry < 7 {
                     if self.rnr_left == 0 {
-                        let c = self.wqe_holding(psn).or_else(|| self.oldest_pending());
-                        return match c {
-                            Some(c) => {
-                                self.complete_error(c, WcStatus::RnrRetryExcErr, ctx.qpn, out)
-                            }
-                            None => SqOutcome::Error,
-                        };
+                        return self.fail_wqe_at(psn, WcStatus::RnrRetryExcErr, ctx.qpn, out);
                     }
                     self.rnr_left -= 1;
                 }
                 self.rewind(psn);
                 let until = now.saturating_add(rnr_timer_ns(timer));
                 self.rnr_until = Some(until);
-                if self.rto_deadline.take().is_some() {
-                    out.cancel_timer(Timer::Retransmit);
-                }
+                self.cancel_rto(out);
                 out.set_timer(Timer::Rnr, until);
                 SqOutcome::Ok
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.seq_naks_received = self.counters.seq_naks_received.wrapping_add(1);
-                if psn != self.una {
-                    if let Some(m) = self.ack_through(psn.prev()) {
-                        return self.nak_retry(m);
-                    }
+                if let Some(m) = self.ack_before_nak(psn) {
+                    return self.nak_retry(m);
                 }
                 self.nak_retry(psn)
             }
             Syndrome::Nak(code) => {
-                if psn != self.una {
-                    // Everything before the NAKed packet was executed.
-                    let _ = self.ack_through(psn.prev());
-                }
+                // Everything before the NAKed packet was executed.
+                let _ = self.ack_before_nak(psn);
                 let status = match code {
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     _ => WcStatus::RemInvReqErr,
                 };
-                let c = self.wqe_holding(psn).or_else(|| self.oldest_pending());
-                match c {
-                    Some(c) => self.complete_error(c, status, ctx.qpn, out),
-                    None => SqOutcome::Error,
-                }
+                self.fail_wqe_at(psn, status, ctx.qpn, out)
             }
             Syndrome::Reserved(_) => SqOutcome::Ok,
         }
     }
 
+    /// A NAK at `psn` acknowledges every packet before it. Returns the implied NAK (first
+    /// missing RDMA Read or atomic response) found there, as `ack_through` does.
+    fn ack_before_nak(&mut self, psn: Psn) -> Option<Psn> {
+        if psn == self.una {
+            return None;
+        }
+        self.ack_through(psn.prev())
+    }
+
+    /// Completes with error `status` the WQE holding `psn`, or else the oldest one not done.
+    fn fail_wqe_at<O: Outputs>(
+        &mut self,
+        psn: Psn,
+        status: WcStatus,
+        qpn: u32,
+        out: &mut O,
+    ) -> SqOutcome {
+        match self.wqe_holding(psn).or_else(|| self.oldest_pending()) {
+            Some(c) => self.complete_error(c, status, qpn, out),
+            None => SqOutcome::Error,
+        }
+    }
+
     /// Implicitly acknowledges Send/Write WQEs that end before `psn` and returns the first WQE
-    /// not done afterwards.
-    fn implicit_ack_before(&mut self, psn: Psn) -> Option<u64> {
+    /// not done afterwards (its counter and a copy of its slot).
+    fn implicit_ack_before(&mut self, psn: Psn) -> Option<(u64, SendSlot)> {
         let mut c = self.head;
         while c != self.tail {
             let s = self.slot(c).copied()?;
@@ -262,7 +265,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 return None;
             }
             if s.wr.opcode.is_read_or_atomic() {
-                return Some(c);
+                return Some((c, s));
             }
             let f = Psn::new(s.first_psn);
             let last = f.add(s.npsn.saturating_sub(1));
@@ -273,7 +276,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 self.set_una(last.next());
                 c = c.wrapping_add(1);
             } else {
-                return Some(c);
+                return Some((c, s));
             }
         }
         None
@@ -289,10 +292,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
     ) -> SqOutcome {
         let psn = h.bth.psn;
         let mtu = self.cfg.mtu.max(1);
-        let Some(c) = self.implicit_ack_before(psn) else {
-            return SqOutcome::Ok;
-        };
-        let Some(s) = self.slot(c).copied() else {
+        let Some((c, s)) = self.implicit_ack_before(psn) else {
             return SqOutcome::Ok;
         };
         let f = Psn::new(s.first_psn);
@@ -358,10 +358,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         let Some(orig) = h.atomic_ack_eth else {
             return SqOutcome::Ok;
         };
-        let Some(c) = self.implicit_ack_before(psn) else {
-            return SqOutcome::Ok;
-        };
-        let Some(s) = self.slot(c).copied() else {
+        let Some((c, s)) = self.implicit_ack_before(psn) else {
             return SqOutcome::Ok;
         };
         let f = Psn::new(s.first_psn);
@@ -475,6 +472,25 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
     }
 
+    /// Writes the CQE of send WQE `s` finished with `status` when one is due (always for an
+    /// error, for a success only if signaled); a full send CQ freezes the SQ Logic (class G).
+    fn write_cqe<O: Outputs>(
+        &mut self,
+        s: &SendSlot,
+        status: WcStatus,
+        qpn: u32,
+        out: &mut O,
+    ) -> SqOutcome {
+        if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
+            let wc = Self::make_wc(s, status, qpn);
+            if out.complete(CqKind::Send, &wc).is_err() {
+                self.frozen = true;
+                return SqOutcome::CqOverflow;
+            }
+        }
+        SqOutcome::Ok
+    }
+
     /// Retires done WQEs from the head in order, writing CQEs for signaled ones and errors.
     pub(crate) fn retire<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> SqOutcome {
         if self.frozen {
@@ -489,12 +505,8 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 break;
             }
             let status = status_from_u32(s.status);
-            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
-                let wc = Self::make_wc(&s, status, qpn);
-                if out.complete(CqKind::Send, &wc).is_err() {
-                    self.frozen = true;
-                    return SqOutcome::CqOverflow;
-                }
+            if self.write_cqe(&s, status, qpn, out) == SqOutcome::CqOverflow {
+                return SqOutcome::CqOverflow;
             }
             if status != WcStatus::Success {
                 outcome = SqOutcome::Error;
@@ -522,12 +534,8 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             } else {
                 WcStatus::WrFlushErr
             };
-            if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
-                let wc = Self::make_wc(&s, status, qpn);
-                if out.complete(CqKind::Send, &wc).is_err() {
-                    self.frozen = true;
-                    return SqOutcome::CqOverflow;
-                }
+            if self.write_cqe(&s, status, qpn, out) == SqOutcome::CqOverflow {
+                return SqOutcome::CqOverflow;
             }
             self.head = self.head.wrapping_add(1);
         }

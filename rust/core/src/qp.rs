@@ -249,14 +249,32 @@ where
         }
     }
 
-    fn tx_ctx(&self) -> (PathInfo, bool, u32, u16, u32) {
-        (
-            *self.apm.primary(),
-            self.apm.mig_req_bit(),
-            self.attrs.dest_qp_num,
-            self.attrs.pkey,
-            self.create.qpn,
-        )
+    /// What the RQ Logic sends responses with: `path` (a copy of the primary path), BTH:MigReq,
+    /// the destination QP, P_Key and QPN, and the GIDs of the packet being processed.
+    fn rx_ctx<'a>(&self, path: &'a PathInfo, src_gid: [u8; 16], dst_gid: [u8; 16]) -> RxCtx<'a> {
+        RxCtx {
+            path,
+            mig_req: self.apm.mig_req_bit(),
+            dest_qp: self.attrs.dest_qp_num,
+            pkey: self.attrs.pkey,
+            qpn: self.create.qpn,
+            src_gid,
+            dst_gid,
+        }
+    }
+
+    /// What the SQ Logic sends requests with: `path` (a copy of the primary path), BTH:MigReq,
+    /// the destination QP, P_Key, QPN, transport and Q_Key.
+    fn tx_ctx<'a>(&self, path: &'a PathInfo) -> TxCtx<'a> {
+        TxCtx {
+            path,
+            mig_req: self.apm.mig_req_bit(),
+            dest_qp: self.attrs.dest_qp_num,
+            pkey: self.attrs.pkey,
+            qpn: self.create.qpn,
+            transport: self.transport(),
+            qkey: self.attrs.qkey,
+        }
     }
 
     /// The Modify QP verb.
@@ -287,34 +305,23 @@ where
         self.apm
             .check_modify(next, alt, mig)
             .map_err(QpModifyError::Apm)?;
-        let bad = |b: bool, m: AttrMask| {
-            if b {
+        // An attribute given in `mask` with an out-of-range value fails with its mask bit.
+        let bad = |m: AttrMask, b: bool| {
+            if mask.contains(m) && b {
                 Err(QpModifyError::BadValue(m))
             } else {
                 Ok(())
             }
         };
-        if mask.contains(AttrMask::PATH_MTU) {
-            bad(mtu_bytes(attrs.path_mtu).is_none(), AttrMask::PATH_MTU)?;
-        }
-        if mask.contains(AttrMask::RETRY_CNT) {
-            bad(attrs.retry_cnt > 7, AttrMask::RETRY_CNT)?;
-        }
-        if mask.contains(AttrMask::RNR_RETRY) {
-            bad(attrs.rnr_retry > 7, AttrMask::RNR_RETRY)?;
-        }
-        if mask.contains(AttrMask::TIMEOUT) {
-            bad(attrs.timeout > 31, AttrMask::TIMEOUT)?;
-        }
-        if mask.contains(AttrMask::MIN_RNR_TIMER) {
-            bad(attrs.min_rnr_timer > 31, AttrMask::MIN_RNR_TIMER)?;
-        }
-        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
-            bad(
-                attrs.max_dest_rd_atomic > crate::responder::MAX_RESOURCES as u8,
-                AttrMask::MAX_DEST_RD_ATOMIC,
-            )?;
-        }
+        bad(AttrMask::PATH_MTU, mtu_bytes(attrs.path_mtu).is_none())?;
+        bad(AttrMask::RETRY_CNT, attrs.retry_cnt > 7)?;
+        bad(AttrMask::RNR_RETRY, attrs.rnr_retry > 7)?;
+        bad(AttrMask::TIMEOUT, attrs.timeout > 31)?;
+        bad(AttrMask::MIN_RNR_TIMER, attrs.min_rnr_timer > 31)?;
+        bad(
+            AttrMask::MAX_DEST_RD_ATOMIC,
+            attrs.max_dest_rd_atomic > crate::responder::MAX_RESOURCES as u8,
+        )?;
         // Everything is valid: commit.
         self.sm.commit(&t, mask, &params);
         if t.reset_queues {
@@ -400,27 +407,18 @@ where
         if t.stop_timers {
             self.sq.stop_timers(out);
         }
-        let qpn = self.create.qpn;
-        if t.flush_sq && self.sq.flush(qpn, out) == SqOutcome::CqOverflow {
-            self.cq_overflow(CqKind::Send, out);
+        if t.flush_sq {
+            self.flush_sq(out);
         }
-        if t.flush_rq && !self.create.srq && self.rq.flush(qpn, out) == RqOutcome::CqOverflow {
-            self.cq_overflow(CqKind::Recv, out);
+        if t.flush_rq && !self.create.srq {
+            self.flush_rq(out);
         }
         if t.last_wqe_reached && self.create.srq {
             out.async_event(AsyncEvent::QpLastWqeReached, None);
         }
         if t.changes_state() && t.to == QpState::Rtr && self.create.qp_type == QpType::Rc {
-            let (path, mig, dest, pkey, qpn) = self.tx_ctx();
-            let ctx = RxCtx {
-                path: &path,
-                mig_req: mig,
-                dest_qp: dest,
-                pkey,
-                qpn,
-                src_gid: [0; 16],
-                dst_gid: [0; 16],
-            };
+            let path = *self.apm.primary();
+            let ctx = self.rx_ctx(&path, [0; 16], [0; 16]);
             self.rq.initial_ack(&ctx, out);
         }
         if t.start_drain {
@@ -458,6 +456,20 @@ where
         let _ = self.sm.enter_error();
         out.async_event(AsyncEvent::CqErr, Some(cq));
         out.async_event(AsyncEvent::QpFatal, None);
+    }
+
+    /// Completes every send WQE with `IB_WC_WR_FLUSH_ERR`; a send CQ overflow is class G.
+    fn flush_sq<O: Outputs>(&mut self, out: &mut O) {
+        if self.sq.flush(self.create.qpn, out) == SqOutcome::CqOverflow {
+            self.cq_overflow(CqKind::Send, out);
+        }
+    }
+
+    /// Completes every receive WQE with `IB_WC_WR_FLUSH_ERR`; a receive CQ overflow is class G.
+    fn flush_rq<O: Outputs>(&mut self, out: &mut O) {
+        if self.rq.flush(self.create.qpn, out) == RqOutcome::CqOverflow {
+            self.cq_overflow(CqKind::Recv, out);
+        }
     }
 
     fn handle_sq<O: Outputs>(&mut self, now: u64, o: SqOutcome, out: &mut O) {
@@ -522,10 +534,7 @@ where
             PostVerdict::Refused => Err(PostError::InvalidState),
             PostVerdict::Flush => {
                 self.sq.post(wr)?;
-                let qpn = self.create.qpn;
-                if self.sq.flush(qpn, out) == SqOutcome::CqOverflow {
-                    self.cq_overflow(CqKind::Send, out);
-                }
+                self.flush_sq(out);
                 Ok(())
             }
             PostVerdict::Process | PostVerdict::Hold => self.sq.post(wr),
@@ -539,26 +548,15 @@ where
             PostVerdict::Refused => Err(PostError::InvalidState),
             PostVerdict::Flush => {
                 self.rq.post(wr)?;
-                let qpn = self.create.qpn;
-                if self.rq.flush(qpn, out) == RqOutcome::CqOverflow {
-                    self.cq_overflow(CqKind::Recv, out);
-                }
+                self.flush_rq(out);
                 Ok(())
             }
             PostVerdict::Hold => self.rq.post(wr),
             PostVerdict::Process => {
                 self.rq.post(wr)?;
                 if matches!(self.sm.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
-                    let (path, mig, dest, pkey, qpn) = self.tx_ctx();
-                    let ctx = RxCtx {
-                        path: &path,
-                        mig_req: mig,
-                        dest_qp: dest,
-                        pkey,
-                        qpn,
-                        src_gid: [0; 16],
-                        dst_gid: [0; 16],
-                    };
+                    let path = *self.apm.primary();
+                    let ctx = self.rx_ctx(&path, [0; 16], [0; 16]);
                     self.rq.maybe_unsolicited_ack(&ctx, out);
                 }
                 Ok(())
@@ -615,29 +613,13 @@ where
         if self.sm.on_inbound_packet().is_some() {
             out.async_event(AsyncEvent::CommEst, None);
         }
-        let (path, mig, dest, pkey, qpn) = self.tx_ctx();
+        let path = *self.apm.primary();
         if info.is_request {
-            let ctx = RxCtx {
-                path: &path,
-                mig_req: mig,
-                dest_qp: dest,
-                pkey,
-                qpn,
-                src_gid: arrived_on.sgid,
-                dst_gid: arrived_on.dgid,
-            };
+            let ctx = self.rx_ctx(&path, arrived_on.sgid, arrived_on.dgid);
             let o = self.rq.on_request(h, payload, &ctx, mem, out);
             self.handle_rq(now, o, out);
         } else {
-            let ctx = TxCtx {
-                path: &path,
-                mig_req: mig,
-                dest_qp: dest,
-                pkey,
-                qpn,
-                transport: self.transport(),
-                qkey: self.attrs.qkey,
-            };
+            let ctx = self.tx_ctx(&path);
             let o = self.sq.on_response(now, h, payload, &ctx, mem, out);
             self.handle_sq(now, o, out);
             self.check_drained(out);
@@ -662,30 +644,14 @@ where
         mem: &mut M,
         out: &mut O,
     ) -> usize {
-        let (path, mig, dest, pkey, qpn) = self.tx_ctx();
+        let path = *self.apm.primary();
         let mut sent = 0;
         if self.sm.rq_processes_inbound() {
-            let ctx = RxCtx {
-                path: &path,
-                mig_req: mig,
-                dest_qp: dest,
-                pkey,
-                qpn,
-                src_gid: [0; 16],
-                dst_gid: [0; 16],
-            };
+            let ctx = self.rx_ctx(&path, [0; 16], [0; 16]);
             sent += self.rq.transmit(budget, &ctx, out);
         }
         if self.sm.sq_continues_in_flight() && sent < budget {
-            let ctx = TxCtx {
-                path: &path,
-                mig_req: mig,
-                dest_qp: dest,
-                pkey,
-                qpn,
-                transport: self.transport(),
-                qkey: self.attrs.qkey,
-            };
+            let ctx = self.tx_ctx(&path);
             let start_new = self.sm.sq_starts_new_requests();
             let (n, o) = self
                 .sq

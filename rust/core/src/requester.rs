@@ -173,7 +173,8 @@ pub(crate) fn npackets(len: u32, mtu: u32) -> u32 {
     }
 }
 
-fn position(k: u32, n: u32) -> Position {
+/// Position (First/Middle/Last/Only) of packet `k` (0-based) of a message of `n` packets.
+pub(crate) fn position(k: u32, n: u32) -> Position {
     if n <= 1 {
         Position::Only
     } else if k == 0 {
@@ -308,11 +309,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
     }
 
     pub(crate) fn idx(&self, c: u64) -> Option<usize> {
-        let len = self.sq.len() as u64;
-        if len == 0 {
-            return None;
-        }
-        Some((c % len) as usize)
+        crate::wqe::ring_slot(c, self.sq.len())
     }
 
     pub(crate) fn slot(&self, c: u64) -> Option<&SendSlot> {
@@ -377,18 +374,19 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 self.rto_deadline = Some(d);
                 out.set_timer(Timer::Retransmit, d);
             }
-            None => {
-                if self.rto_deadline.take().is_some() {
-                    out.cancel_timer(Timer::Retransmit);
-                }
-            }
+            None => self.cancel_rto(out),
+        }
+    }
+
+    /// Stops the transport timer (Local ACK Timeout) if it runs.
+    pub(crate) fn cancel_rto<O: Outputs>(&mut self, out: &mut O) {
+        if self.rto_deadline.take().is_some() {
+            out.cancel_timer(Timer::Retransmit);
         }
     }
 
     pub(crate) fn stop_timers<O: Outputs>(&mut self, out: &mut O) {
-        if self.rto_deadline.take().is_some() {
-            out.cancel_timer(Timer::Retransmit);
-        }
+        self.cancel_rto(out);
         if self.rnr_until.take().is_some() {
             out.cancel_timer(Timer::Rnr);
         }
@@ -430,6 +428,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 continue;
             }
             let is_new_psn = self.next_psn == self.high_psn;
+            let mut no_credit = false;
             if !slot.started {
                 if !start_new {
                     break;
@@ -493,7 +492,6 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                         self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),
                     );
                 }
-                let mut no_credit = false;
                 if ctx.transport == Transport::Rc {
                     if op.needs_rq_wqe() {
                         if !self.credit.allows(slot.ssn) {
@@ -518,23 +516,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     self.rd_atomic_out = self.rd_atomic_out.saturating_add(1);
                 }
                 self.send_pkt = 0;
-                let lim = self.send_one(now, ctx, out, no_credit);
-                sent += 1;
-                if ctx.transport != Transport::Rc
-                    && self.retire(ctx.qpn, out) == SqOutcome::CqOverflow
-                {
-                    return (sent, SqOutcome::CqOverflow);
-                }
-                if lim {
-                    break;
-                }
-                continue;
-            }
-            // A started WQE: continue or retransmit it.
-            if is_new_psn && self.credit_wait.is_some() {
+            } else if is_new_psn && self.credit_wait.is_some() {
+                // A started WQE is continued or retransmitted, but takes no new PSN while
+                // waiting for credits.
                 break;
             }
-            let lim = self.send_one(now, ctx, out, false);
+            let lim = self.send_one(now, ctx, out, no_credit);
             sent += 1;
             if ctx.transport != Transport::Rc && self.retire(ctx.qpn, out) == SqOutcome::CqOverflow
             {
@@ -593,16 +580,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 wqe_done_sending = true;
             }
             SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => {
-                h.bth.opcode = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
-                    Opcode::RcCompareSwap
+                let (opcode, swap_add, compare) = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
+                    (Opcode::RcCompareSwap, wr.swap, wr.compare_add)
                 } else {
-                    Opcode::RcFetchAdd
+                    (Opcode::RcFetchAdd, wr.compare_add, 0)
                 };
-                let (swap_add, compare) = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
-                    (wr.swap, wr.compare_add)
-                } else {
-                    (wr.compare_add, 0)
-                };
+                h.bth.opcode = opcode;
                 h.atomic_eth = Some(AtomicEth {
                     va: wr.remote_addr,
                     rkey: wr.rkey,

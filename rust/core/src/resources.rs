@@ -6,9 +6,9 @@
 
 use crate::events::{Outputs, PayloadSource};
 use crate::psn::Psn;
-use crate::requester::npackets;
+use crate::requester::{npackets, position};
 use crate::responder::{RqLogic, RxCtx};
-use crate::wire::{Aeth, AtomicAckEth, Bth, Headers, Opcode, Position, Syndrome};
+use crate::wire::{Aeth, AtomicAckEth, Headers, Opcode, Syndrome};
 use crate::wqe::RecvSlot;
 
 /// Number of responder resources (saved RDMA Read / atomic requests) a QP keeps.
@@ -53,16 +53,9 @@ pub(crate) const FREE_RES: Resource = Resource {
     ack_before: None,
 };
 
-fn position(k: u32, n: u32) -> Position {
-    if n <= 1 {
-        Position::Only
-    } else if k == 0 {
-        Position::First
-    } else if k.saturating_add(1) >= n {
-        Position::Last
-    } else {
-        Position::Middle
-    }
+/// Index in the responder resource ring of the resource with monotonic counter `c`.
+pub(crate) fn res_slot(c: u64) -> usize {
+    (c % MAX_RESOURCES as u64) as usize
 }
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
@@ -81,7 +74,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let mut sent = 0;
         let mtu = self.cfg.mtu.max(1);
         while sent < budget && self.res_send != self.res_tail {
-            let i = (self.res_send % MAX_RESOURCES as u64) as usize;
+            let i = res_slot(self.res_send);
             let Some(r) = self.res.get(i).copied() else {
                 break;
             };
@@ -93,9 +86,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 sent += 1;
                 continue;
             }
-            let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, r.psn);
-            bth.mig_req = ctx.mig_req;
-            bth.pkey = ctx.pkey;
+            let mut bth = ctx.response_bth(r.psn);
             let aeth = Aeth {
                 syndrome: Syndrome::Ack {
                     credit: self.credit_code(),
@@ -178,7 +169,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     pub(crate) fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {
-        let i = (self.res_tail % MAX_RESOURCES as u64) as usize;
+        let i = res_slot(self.res_tail);
         let ack_before = self.pending_ack.take();
         if let Some(r) = self.res.get_mut(i) {
             *r = Resource {
@@ -198,7 +189,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let mut k = 0;
         while k < kept {
             let c = self.res_tail.wrapping_sub(1).wrapping_sub(k);
-            let i = (c % MAX_RESOURCES as u64) as usize;
+            let i = res_slot(c);
             if let Some(r) = self.res.get(i) {
                 if pred(r) {
                     return Some(c);
@@ -220,7 +211,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             let mut k = c.wrapping_add(1);
             let mut n = 0;
             while k != self.res_tail && n < MAX_RESOURCES {
-                let i = (k % MAX_RESOURCES as u64) as usize;
+                let i = res_slot(k);
                 if let Some(Resource {
                     kind: ResKind::Read { sent, .. },
                     ..

@@ -24,7 +24,7 @@ use crate::wqe::{RecvSlot, RecvWr};
 pub const GRH_LEN: u32 = 40;
 
 pub use crate::resources::MAX_RESOURCES;
-use crate::resources::{AckItem, ResKind, Resource, FREE_RES};
+use crate::resources::{res_slot, AckItem, ResKind, Resource, FREE_RES};
 
 /// The responder acknowledges at least every this many request packets (besides AckReq and
 /// message ends).
@@ -102,13 +102,46 @@ enum InMsg {
     },
 }
 
-/// A class A or C error: the NAK to send and how to report it locally.
+/// A class A or C error: the NAK to send and how to report it locally (the status of the RQ
+/// WQE in use, or the affiliated event when no WQE is in use).
 #[derive(Clone, Copy, Debug)]
 struct Fault {
     code: NakCode,
     status: WcStatus,
     event: AsyncEvent,
-    wqe_in_use: bool,
+}
+
+impl Fault {
+    /// Class C: invalid request (opcode sequence, length, unsupported or disabled operation).
+    const INVALID_REQUEST: Fault = Fault {
+        code: NakCode::InvalidRequest,
+        status: WcStatus::RemInvReqErr,
+        event: AsyncEvent::QpReqErr,
+    };
+    /// Class C: remote access error (R_Key, bounds or access rights).
+    const REMOTE_ACCESS: Fault = Fault {
+        code: NakCode::RemoteAccessError,
+        status: WcStatus::RemAccessErr,
+        event: AsyncEvent::QpAccessErr,
+    };
+    /// Class C: a Send overruns the receive buffers (length error).
+    const LENGTH: Fault = Fault {
+        code: NakCode::InvalidRequest,
+        status: WcStatus::LocLenErr,
+        event: AsyncEvent::QpReqErr,
+    };
+    /// Class A: a malformed receive WQE (remote operational error).
+    const MALFORMED_WQE: Fault = Fault {
+        code: NakCode::RemoteOperationalError,
+        status: WcStatus::LocQpOpErr,
+        event: AsyncEvent::QpFatal,
+    };
+    /// Class A: writing the receive buffers failed the local protection check.
+    const LOCAL_PROTECTION: Fault = Fault {
+        code: NakCode::RemoteOperationalError,
+        status: WcStatus::LocProtErr,
+        event: AsyncEvent::QpFatal,
+    };
 }
 
 /// What the Qp must do after an RQ Logic step.
@@ -167,6 +200,17 @@ pub struct RxCtx<'a> {
     pub src_gid: [u8; 16],
     /// Destination GID of the packet being processed (UD).
     pub dst_gid: [u8; 16],
+}
+
+impl RxCtx<'_> {
+    /// The BTH of a response at `psn` to this connection (RC Acknowledge; the caller changes
+    /// the opcode of read responses and atomic ACKs).
+    pub(crate) fn response_bth(&self, psn: Psn) -> Bth {
+        let mut bth = Bth::new(Opcode::RcAcknowledge, self.dest_qp, psn);
+        bth.mig_req = self.mig_req;
+        bth.pkey = self.pkey;
+        bth
+    }
 }
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
@@ -258,11 +302,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     pub(crate) fn idx(&self, c: u64) -> Option<usize> {
-        let len = self.rq.len() as u64;
-        if len == 0 {
-            return None;
-        }
-        Some((c % len) as usize)
+        crate::wqe::ring_slot(c, self.rq.len())
     }
 
     fn wqe(&self, c: u64) -> Option<RecvWr> {
@@ -290,10 +330,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     pub(crate) fn emit<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
-        let mut bth = Bth::new(Opcode::RcAcknowledge, ctx.dest_qp, a.psn);
-        bth.mig_req = ctx.mig_req;
-        bth.pkey = ctx.pkey;
-        let mut h = Headers::new(bth);
+        let mut h = Headers::new(ctx.response_bth(a.psn));
         let syndrome = match a.syndrome {
             // Credits are current at the time the ACK leaves.
             Syndrome::Ack { .. } => Syndrome::Ack {
@@ -361,7 +398,6 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             code,
             status,
             event,
-            wqe_in_use,
         } = f;
         let a = AckItem {
             psn,
@@ -369,7 +405,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         };
         self.emit(a, ctx, out);
         self.cur = None;
-        if wqe_in_use && self.rq_next != self.rq_head {
+        if self.rq_next != self.rq_head {
             if let Some(wr) = self.wqe(self.rq_head) {
                 let wc = Completion {
                     wr_id: wr.wr_id,
@@ -381,11 +417,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     src_qp: ctx.dest_qp,
                     flags: 0,
                 };
-                if out.complete(CqKind::Recv, &wc).is_err() {
-                    self.frozen = true;
+                if self.retire_rq_head(&wc, out) == RqOutcome::CqOverflow {
                     return RqOutcome::CqOverflow;
                 }
-                self.rq_head = self.rq_head.wrapping_add(1);
             }
         } else {
             out.async_event(event, None);
@@ -394,33 +428,11 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     fn invalid_request<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
-        let in_use = self.rq_next != self.rq_head;
-        self.fatal(
-            psn,
-            Fault {
-                code: NakCode::InvalidRequest,
-                status: WcStatus::RemInvReqErr,
-                event: AsyncEvent::QpReqErr,
-                wqe_in_use: in_use,
-            },
-            ctx,
-            out,
-        )
+        self.fatal(psn, Fault::INVALID_REQUEST, ctx, out)
     }
 
     fn access_error<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
-        let in_use = self.rq_next != self.rq_head;
-        self.fatal(
-            psn,
-            Fault {
-                code: NakCode::RemoteAccessError,
-                status: WcStatus::RemAccessErr,
-                event: AsyncEvent::QpAccessErr,
-                wqe_in_use: in_use,
-            },
-            ctx,
-            out,
-        )
+        self.fatal(psn, Fault::REMOTE_ACCESS, ctx, out)
     }
 
     /// Completes the RQ WQE in use (the message ended).
@@ -446,7 +458,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             src_qp: ctx.dest_qp,
             flags,
         };
-        if out.complete(CqKind::Recv, &wc).is_err() {
+        self.retire_rq_head(&wc, out)
+    }
+
+    /// Writes `wc`, the CQE of the RQ WQE at `rq_head`, to the receive CQ and retires that WQE;
+    /// a full CQ freezes the RQ Logic (class G).
+    fn retire_rq_head<O: Outputs>(&mut self, wc: &Completion, out: &mut O) -> RqOutcome {
+        if out.complete(CqKind::Recv, wc).is_err() {
             self.frozen = true;
             return RqOutcome::CqOverflow;
         }
@@ -470,7 +488,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         }
         self.cur = None;
         self.uc_skip = true;
+        self.silent_drop();
+    }
+
+    /// Class D: the packet is silently dropped (and counted).
+    fn silent_drop(&mut self) -> RqOutcome {
         self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+        RqOutcome::Ok
     }
 
     fn rnr_nak<O: Outputs>(&mut self, psn: Psn, ctx: &RxCtx<'_>, out: &mut O) -> RqOutcome {
@@ -557,8 +581,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.epsn = psn.next();
         if self.uc_skip {
             if !pos.starts_message() {
-                self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
-                return RqOutcome::Ok;
+                return self.silent_drop();
             }
             self.uc_skip = false;
         }
@@ -578,25 +601,21 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         mem: &mut M,
         out: &mut O,
     ) -> RqOutcome {
-        let drop = |me: &mut Self| {
-            me.counters.silent_drops = me.counters.silent_drops.wrapping_add(1);
-            RqOutcome::Ok
-        };
         let info = h.info();
         let Some(deth) = h.deth else {
-            return drop(self);
+            return self.silent_drop();
         };
         if info.operation != Operation::Send || info.position != Position::Only {
-            return drop(self);
+            return self.silent_drop();
         }
         if deth.qkey != self.cfg.qkey {
-            return drop(self);
+            return self.silent_drop();
         }
         if !self.take_wqe() {
-            return drop(self);
+            return self.silent_drop();
         }
         let Some(wr) = self.wqe(self.rq_head) else {
-            return drop(self);
+            return self.silent_drop();
         };
         let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         let total = wr.sg.total_len().unwrap_or(0);
@@ -639,13 +658,11 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             src_qp: deth.src_qp,
             flags,
         };
-        if out.complete(CqKind::Recv, &wc).is_err() {
-            self.frozen = true;
-            return RqOutcome::CqOverflow;
+        let r = self.retire_rq_head(&wc, out);
+        if r == RqOutcome::Ok {
+            self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
         }
-        self.rq_head = self.rq_head.wrapping_add(1);
-        self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
-        RqOutcome::Ok
+        r
     }
 
     fn on_duplicate<O: Outputs, M: Memory>(
@@ -669,7 +686,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                         && psn.distance_from(r.base_psn) < r.base_npsn
                 });
                 let Some(c) = found else {
-                    self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                    self.silent_drop();
                     return;
                 };
                 if reth.dma_len > 0
@@ -677,10 +694,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                         .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_READ)
                         .is_err()
                 {
-                    self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                    self.silent_drop();
                     return;
                 }
-                let i = (c % MAX_RESOURCES as u64) as usize;
+                let i = res_slot(c);
                 if let Some(r) = self.res.get_mut(i) {
                     r.psn = psn;
                     r.kind = ResKind::Read {
@@ -700,7 +717,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 match found {
                     Some(c) => self.reschedule(c),
                     None => {
-                        self.counters.silent_drops = self.counters.silent_drops.wrapping_add(1);
+                        self.silent_drop();
                     }
                 }
             }
@@ -758,7 +775,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 if self.cfg.access_flags & ACCESS_REMOTE_READ == 0 {
                     return self.invalid_request(psn, ctx, out);
                 }
-                if self.pending_resources() >= u64::from(self.cfg.max_dest_rd_atomic.clamp(1, 16)) {
+                if self.rd_atomic_resources_full() {
                     return self.invalid_request(psn, ctx, out);
                 }
                 if reth.dma_len > (1u32 << 31) {
@@ -771,21 +788,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 {
                     return self.access_error(psn, ctx, out);
                 }
-                self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
-                self.alloc_resource(
-                    ResKind::Read {
-                        va: reth.va,
-                        rkey: reth.rkey,
-                        len: reth.dma_len,
-                        sent: 0,
-                    },
-                    psn,
-                    npackets(reth.dma_len, mtu),
-                );
-                self.epsn = psn.add(npackets(reth.dma_len, mtu));
-                self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
-                self.pkts_since_ack = 0;
-                RqOutcome::Ok
+                let kind = ResKind::Read {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len: reth.dma_len,
+                    sent: 0,
+                };
+                self.accept_rd_atomic(kind, psn, npackets(reth.dma_len, mtu))
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let Some(ae) = h.atomic_eth else {
@@ -797,7 +806,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 if ae.va % 8 != 0 {
                     return self.invalid_request(psn, ctx, out);
                 }
-                if self.pending_resources() >= u64::from(self.cfg.max_dest_rd_atomic.clamp(1, 16)) {
+                if self.rd_atomic_resources_full() {
                     return self.invalid_request(psn, ctx, out);
                 }
                 let op = if info.operation == Operation::CompareSwap {
@@ -812,15 +821,32 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     Ok(v) => v,
                     Err(_) => return self.access_error(psn, ctx, out),
                 };
-                self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
-                self.alloc_resource(ResKind::Atomic { orig }, psn, 1);
-                self.epsn = psn.next();
-                self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
-                self.pkts_since_ack = 0;
-                RqOutcome::Ok
+                self.accept_rd_atomic(ResKind::Atomic { orig }, psn, 1)
             }
             _ => self.invalid_request(psn, ctx, out),
         }
+    }
+
+    /// True when `max_dest_rd_atomic` responder resources are in use: a new RDMA Read or
+    /// atomic request is then an invalid request (class C).
+    fn rd_atomic_resources_full(&self) -> bool {
+        self.pending_resources() >= u64::from(self.cfg.max_dest_rd_atomic.clamp(1, 16))
+    }
+
+    /// Accepts a new RDMA Read or atomic request of `npsn` PSNs at `psn`: saves it as a
+    /// responder resource, moves ePSN past it and counts the message (MSN).
+    fn accept_rd_atomic(&mut self, kind: ResKind, psn: Psn, npsn: u32) -> RqOutcome {
+        self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
+        self.alloc_resource(kind, psn, npsn);
+        self.epsn = psn.add(npsn);
+        self.next_msn();
+        self.pkts_since_ack = 0;
+        RqOutcome::Ok
+    }
+
+    /// A message ended: MSN + 1 (modulo 2^24).
+    fn next_msn(&mut self) {
+        self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
     }
 
     fn after_packet<O: Outputs>(&mut self, h: &Headers, ctx: &RxCtx<'_>, out: &mut O) {
@@ -867,17 +893,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     .check_local(wr.sg.as_slice(), ACCESS_LOCAL_WRITE)
                     .is_err()
             {
-                return self.fatal(
-                    psn,
-                    Fault {
-                        code: NakCode::RemoteOperationalError,
-                        status: WcStatus::LocQpOpErr,
-                        event: AsyncEvent::QpFatal,
-                        wqe_in_use: true,
-                    },
-                    ctx,
-                    out,
-                );
+                return self.fatal(psn, Fault::MALFORMED_WQE, ctx, out);
             }
         }
         let Some(wr) = self.wqe(self.rq_head) else {
@@ -888,30 +904,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let end = off.saturating_add(plen);
         if end > total {
             // Length error: the Send overruns the receive buffers (class C).
-            return self.fatal(
-                psn,
-                Fault {
-                    code: NakCode::InvalidRequest,
-                    status: WcStatus::LocLenErr,
-                    event: AsyncEvent::QpReqErr,
-                    wqe_in_use: true,
-                },
-                ctx,
-                out,
-            );
+            return self.fatal(psn, Fault::LENGTH, ctx, out);
         }
         if plen > 0 && mem.scatter(wr.sg.as_slice(), off, payload).is_err() {
-            return self.fatal(
-                psn,
-                Fault {
-                    code: NakCode::RemoteOperationalError,
-                    status: WcStatus::LocProtErr,
-                    event: AsyncEvent::QpFatal,
-                    wqe_in_use: true,
-                },
-                ctx,
-                out,
-            );
+            return self.fatal(psn, Fault::LOCAL_PROTECTION, ctx, out);
         }
         self.cur = Some(InMsg::Send { off: end });
         if pos.ends_message() {
@@ -928,7 +924,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 imm_or_rkey = i.rkey;
                 flags = WC_WITH_INVALIDATE;
             }
-            self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
+            self.next_msn();
             let r = self.complete_recv(WcOpcode::Recv, end, imm_or_rkey, flags, ctx, out);
             if r != RqOutcome::Ok {
                 return r;
@@ -992,7 +988,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         });
         if pos.ends_message() {
             self.cur = None;
-            self.msn = self.msn.wrapping_add(1) & crate::psn::PSN_MASK;
+            self.next_msn();
             if let Some(i) = imm {
                 let r = self.complete_recv(
                     WcOpcode::RecvRdmaWithImm,
@@ -1030,11 +1026,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 src_qp: 0,
                 flags: 0,
             };
-            if out.complete(CqKind::Recv, &wc).is_err() {
-                self.frozen = true;
+            if self.retire_rq_head(&wc, out) == RqOutcome::CqOverflow {
                 return RqOutcome::CqOverflow;
             }
-            self.rq_head = self.rq_head.wrapping_add(1);
         }
         self.rq_next = self.rq_head;
         self.cur = None;

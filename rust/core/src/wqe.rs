@@ -255,6 +255,16 @@ pub struct RecvWr {
     pub sg: SgList,
 }
 
+/// Slot index of the WQE with monotonic counter `counter` in a work queue ring of `depth`
+/// slots (`counter % depth`); `None` for a queue of depth 0.
+pub fn ring_slot(counter: u64, depth: usize) -> Option<usize> {
+    let len = depth as u64;
+    if len == 0 {
+        return None;
+    }
+    Some((counter % len) as usize)
+}
+
 /// One receive queue slot (caller-provided storage).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecvSlot {
