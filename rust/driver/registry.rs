@@ -46,6 +46,7 @@ pub fn with_device_of<R>(ndev: &NetDev, f: impl FnOnce(&Device<RvrDevice>) -> R)
 pub fn unregister_all() {
     loop {
         let Some(pinned) = DEVICES.lock().pin_last() else {
+            DEVICES.lock().release_storage();
             return;
         };
         // Synchronous: `dealloc_driver` has run (and removed the entry) when this returns.

@@ -290,6 +290,14 @@ impl<T: IbDriver> Registry<T> {
         Some(PinnedDevice(*e))
     }
 
+    /// Frees the list's storage once it is empty (the registry of a module lives in a static,
+    /// which is never dropped: without this its buffer would leak at module unload).
+    pub fn release_storage(&mut self) {
+        if self.list.is_empty() {
+            self.list = KVec::new();
+        }
+    }
+
     /// Whether `pinned` is still listed.
     pub fn contains(&self, pinned: &PinnedDevice) -> bool {
         self.list.iter().any(|e| *e == pinned.0)
