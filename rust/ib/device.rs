@@ -88,9 +88,11 @@ impl<T: IbDriver> Device<T> {
     /// unregistration has begun.
     pub fn registered(&self) -> Option<Registered<'_, T>> {
         // INVARIANT: on success we hold one registration reference.
-        // `ib_device_try_get` takes the registration reference only while it is nonzero.
+        // `ib_device_try_get` takes the registration reference only while it is nonzero. The
+        // guard is built lazily (`then`, not `then_some`): building it when the get failed
+        // would drop it, putting a reference we never took.
         // SAFETY: the device is live.
-        unsafe { b::rvr_ib_device_try_get(self.as_raw()) }.then_some(Registered(self))
+        unsafe { b::rvr_ib_device_try_get(self.as_raw()) }.then(|| Registered(self))
     }
 }
 
