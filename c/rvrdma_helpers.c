@@ -96,3 +96,47 @@ bool rvr_ib_device_try_get(struct ib_device *ibdev)
 {
 	return ib_device_try_get(ibdev);
 }
+
+unsigned long rvr_spin_lock_irqsave(spinlock_t *lock)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(lock, flags);
+	return flags;
+}
+
+void rvr_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
+{
+	spin_unlock_irqrestore(lock, flags);
+}
+
+bool rvr_spin_trylock_irqsave(spinlock_t *lock, unsigned long *flags)
+{
+	return spin_trylock_irqsave(lock, *flags);
+}
+
+struct workqueue_struct *rvr_alloc_wq(const char *name)
+{
+	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
+}
+
+int rvr_ib_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
+{
+	return ib_copy_from_udata(dst, udata, len);
+}
+
+int rvr_ib_copy_to_udata(struct ib_udata *udata, const void *src, size_t len)
+{
+	return ib_copy_to_udata(udata, src, len);
+}
+
+bool rvr_ib_is_udata_cleared(struct ib_udata *udata, size_t offset, size_t len)
+{
+	return ib_is_udata_cleared(udata, offset, len);
+}
+
+/* Every uverbs command runs with a bundle whose first member is the driver udata. */
+struct ib_ucontext *rvr_ib_udata_ucontext(struct ib_udata *udata)
+{
+	return container_of(udata, struct uverbs_attr_bundle, driver_udata)->context;
+}

@@ -29,4 +29,16 @@ void rvr_ib_device_pin(struct ib_device *ibdev);
 void rvr_ib_device_unpin(struct ib_device *ibdev);
 bool rvr_ib_device_try_get(struct ib_device *ibdev);
 
+/* Locks and work queues. */
+unsigned long rvr_spin_lock_irqsave(spinlock_t *lock);
+void rvr_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
+bool rvr_spin_trylock_irqsave(spinlock_t *lock, unsigned long *flags);
+struct workqueue_struct *rvr_alloc_wq(const char *name);
+
+/* User data of a verb. */
+int rvr_ib_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);
+int rvr_ib_copy_to_udata(struct ib_udata *udata, const void *src, size_t len);
+bool rvr_ib_is_udata_cleared(struct ib_udata *udata, size_t offset, size_t len);
+struct ib_ucontext *rvr_ib_udata_ucontext(struct ib_udata *udata);
+
 #endif

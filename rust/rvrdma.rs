@@ -12,12 +12,14 @@ use kernel::prelude::*;
 pub mod bindings;
 pub mod crc32;
 pub mod driver;
+pub mod errno;
 pub mod ib;
 mod kunit_core;
 mod kunit_loopback;
 pub mod net;
 #[path = "core/src/lib.rs"]
 pub mod rvcore;
+pub mod sync;
 // The core names its files `crate::psn`, `crate::wire`, ... (it is a crate root on the host);
 // re-exporting them here makes those paths resolve the same way inside the module.
 pub use rvcore::*;

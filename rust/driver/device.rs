@@ -6,7 +6,7 @@ use super::registry;
 use crate::bindings as b;
 use crate::ib::device::{Device, IbDriver};
 use crate::net::netdev::{NetDev, NetDevRef};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::prelude::*;
 
 /// The ib driver id user space sees. rdma-core's rxe provider matches devices by this id, so
@@ -39,6 +39,8 @@ struct Port {
 pub struct RvrDevice {
     /// Ports 1..=N, one net device each.
     ports: KVec<Port>,
+    /// The identity of the next PD.
+    pub(crate) next_pd_id: AtomicU32,
 }
 
 impl RvrDevice {
@@ -57,7 +59,10 @@ impl RvrDevice {
                 GFP_KERNEL,
             )?;
         }
-        Ok(Self { ports })
+        Ok(Self {
+            ports,
+            next_pd_id: AtomicU32::new(1),
+        })
     }
 
     /// Number of ports.

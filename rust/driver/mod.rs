@@ -5,3 +5,4 @@
 pub mod device;
 pub mod link;
 pub mod registry;
+pub mod pd;

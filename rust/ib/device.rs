@@ -53,7 +53,7 @@ impl<T: IbDriver> Device<T> {
     /// # Safety
     ///
     /// `ptr` must be the `ibdev` field of a live `Alloc<T>` with initialised data, for `'a`.
-    unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut b::ib_device) -> &'a Self {
         // `Device<T>` is `repr(transparent)` over `Opaque<ib_device>`.
         // SAFETY: the cast keeps the layout; liveness is the caller's guarantee.
         unsafe { &*ptr.cast::<Self>() }
@@ -144,7 +144,7 @@ pub struct DeviceParams<'a> {
 ///
 /// On success ib_core owns the device; it reports back through [`IbDriver`] callbacks and
 /// drops `data` in `dealloc_driver`.
-pub fn register<T: IbDriver>(module: &'static ThisModule, p: &DeviceParams<'_>, data: T) -> Result {
+pub fn register<T: super::verbs::Verbs>(module: &'static ThisModule, p: &DeviceParams<'_>, data: T) -> Result {
     let nports = p.nports;
     if nports == 0 {
         return Err(EINVAL);
@@ -174,6 +174,7 @@ pub fn register<T: IbDriver>(module: &'static ThisModule, p: &DeviceParams<'_>, 
         d.uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
             | (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
         let mut ops = Ops::<T>::TABLE;
+        super::verbs::install::<T>(&mut ops);
         ops.owner = module.as_ptr();
         ops.driver_id = p.driver_id;
         ops.uverbs_abi_ver = p.uverbs_abi_ver;

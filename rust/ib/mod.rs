@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Safe abstractions over ib_core: device allocation, registration and ops, and rdma link types.
+//! Safe abstractions over ib_core: device allocation, registration and ops, rdma link types and
+//! the verbs objects (PD, CQ, MR, QP, SRQ, AH).
 
 pub mod device;
 pub mod link;
+pub(crate) mod object;
+pub mod pd;
+pub mod udata;
+pub mod verbs;

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Protection domains: an identity that MRs, QPs, SRQs and AHs are checked against.
+
+use super::device::RvrDevice;
+use crate::ib::{device::Device, pd::PdVerbs, udata::Udata};
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+
+/// rvrdma's data of a PD.
+pub struct RvrPd {
+    /// Device-unique, never reused while the module is loaded (wraps only after 2^32 PDs).
+    pub id: u32,
+}
+
+impl PdVerbs for RvrDevice {
+    type Pd = RvrPd;
+
+    fn alloc_pd(dev: &Device<Self>, _udata: Option<&mut Udata<'_>>) -> Result<RvrPd> {
+        let id = dev.data().next_pd_id.fetch_add(1, Ordering::Relaxed);
+        Ok(RvrPd { id })
+    }
+
+    fn dealloc_pd(_dev: &Device<Self>, _pd: RvrPd) {}
+}

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Everything a driver implements to be an ib_core verbs provider, and the ops-table assembly.
+
+use super::{device::IbDriver, pd::PdVerbs};
+use crate::bindings as b;
+
+/// The full set of verbs a registered driver provides.
+pub trait Verbs: IbDriver + PdVerbs {}
+
+impl<T: IbDriver + PdVerbs> Verbs for T {}
+
+/// Fills the verb entries of an ops table for driver `T`.
+pub(crate) fn install<T: Verbs>(ops: &mut b::ib_device_ops) {
+    super::pd::install::<T>(ops);
+}
