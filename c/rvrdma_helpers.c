@@ -127,7 +127,7 @@ int rvr_ib_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
 
 int rvr_ib_copy_to_udata(struct ib_udata *udata, const void *src, size_t len)
 {
-	return ib_copy_to_udata(udata, src, len);
+	return ib_copy_to_udata(udata, (void *)src, len);
 }
 
 bool rvr_ib_is_udata_cleared(struct ib_udata *udata, size_t offset, size_t len)

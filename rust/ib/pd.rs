@@ -72,6 +72,7 @@ unsafe extern "C" fn alloc_pd<T: PdVerbs>(ibpd: *mut b::ib_pd, udata: *mut b::ib
         // SAFETY: `udata` is NULL or valid for this call.
         let mut udata = unsafe { Udata::from_raw(udata) };
         if let Some(u) = udata.as_mut() {
+            // The rxe ABI has no request or response data for a PD.
             u.check_in_empty()?;
         }
         // SAFETY: ib_core set `device` to one of ours.
