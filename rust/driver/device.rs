@@ -2,12 +2,13 @@
 
 //! An rvrdma ib device: its attributes and ports.
 
+use super::datapath::{self, DevShared};
 use super::registry;
 use crate::bindings as b;
 use crate::ib::device::{Device, IbDriver};
 use crate::net::netdev::{NetDev, NetDevRef};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
 /// The ib driver id user space sees. rdma-core's rxe provider matches devices by this id, so
 /// stock rdma-core drives rvrdma through the rxe user ABI (see README, "Provider matching").
@@ -41,6 +42,8 @@ pub struct RvrDevice {
     ports: KVec<Port>,
     /// The identity of the next PD.
     pub(crate) next_pd_id: AtomicU32,
+    /// The datapath state shared with QPs, work items and the receive path.
+    pub(crate) shared: Arc<DevShared>,
 }
 
 impl RvrDevice {
@@ -62,6 +65,7 @@ impl RvrDevice {
         Ok(Self {
             ports,
             next_pd_id: AtomicU32::new(1),
+            shared: DevShared::new(netdevs)?,
         })
     }
 
@@ -111,14 +115,14 @@ impl IbDriver for RvrDevice {
         a.vendor_id = 0x00ff_ffff;
         a.vendor_part_id = 0x5256; // "RV"
         a.hw_ver = 0;
-        a.max_qp = 0x1_0000;
+        a.max_qp = datapath::MAX_QPS as i32;
         a.max_qp_wr = 0x4000;
         a.device_cap_flags = (b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
             | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID) as u64;
         a.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
-        a.max_send_sge = 32;
-        a.max_recv_sge = 32;
-        a.max_sge_rd = 32;
+        a.max_send_sge = super::qp::MAX_SGE as i32;
+        a.max_recv_sge = super::qp::MAX_SGE as i32;
+        a.max_sge_rd = super::qp::MAX_SGE as i32;
         a.max_cq = 0x4000;
         a.max_cqe = 0x7fff;
         a.max_mr = 0x4000;
@@ -195,10 +199,13 @@ impl IbDriver for RvrDevice {
     }
 
     fn allocated(dev: &Device<Self>) -> Result {
-        registry::add(dev)
+        registry::add(dev)?;
+        datapath::rx_listen(&dev.data().shared)
     }
 
     fn dealloc(dev: &Device<Self>) {
+        // ib_core destroyed every QP before this; stop receiving and drain the receive work.
+        dev.data().shared.shutdown();
         registry::remove(dev);
         pr_debug!("{}: released\n", dev.name());
     }

@@ -2,5 +2,6 @@
 
 //! Synchronisation pieces the kernel crate lacks: an IRQ-safe spinlock and a private workqueue.
 
+pub mod clock;
 pub mod irq_spinlock;
 pub mod workqueue;

@@ -42,3 +42,44 @@ impl Drop for OwnedQueue {
         unsafe { b::destroy_workqueue(self.0.as_ptr()) };
     }
 }
+
+/// The module's protocol workqueue, set by [`ModuleQueue`] while the module is loaded.
+static QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// Owns the module-wide protocol workqueue: created at module init, drained and destroyed
+/// at module exit after every device is gone.
+pub struct ModuleQueue(OwnedQueue);
+
+impl ModuleQueue {
+    /// Creates the module workqueue and publishes it for [`queue`].
+    pub fn new() -> Result<Self> {
+        let q = OwnedQueue::new(c"rvrdma")?;
+        QUEUE.store(q.0.as_ptr(), core::sync::atomic::Ordering::Release);
+        Ok(Self(q))
+    }
+}
+
+impl Drop for ModuleQueue {
+    fn drop(&mut self) {
+        QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The module's protocol workqueue (all per-QP and receive work runs on it).
+///
+/// Only callable while the module is initialised (between [`ModuleQueue::new`] and its drop),
+/// which holds for every verb and work item: devices exist only in that window.
+pub fn queue() -> &'static Queue {
+    let q = QUEUE.load(core::sync::atomic::Ordering::Acquire);
+    assert!(!q.is_null());
+    // SAFETY: non-NULL means `ModuleQueue` is alive, and it outlives every device, hence every
+    // caller (module exit tears devices down before dropping it).
+    unsafe { Queue::from_raw(q) }
+}
+
+/// Waits until `work` is idle: if it is queued it runs first (`flush_work`).
+pub fn flush<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
+    // SAFETY: a `&Work` is an initialised, pinned work item (it is only built by pin-init).
+    unsafe { b::flush_work(kernel::workqueue::Work::raw_get(work)) };
+}

@@ -307,4 +307,30 @@ sysfs_gid_index() {
 has_gid() { sysfs_gid_index "$1" "$(gid_full "$2")" "RoCE v2" >/dev/null; }
 has_no_gid() { ! has_gid "$@"; }
 
+# ---- traffic -------------------------------------------------------------------------------------
+
+PP_PORT=18515
+# pp_run PROG SDEV SADDR CDEV CADDR [ARGS...]: a stock rdma-core example (ibv_rc_pingpong,
+# ibv_srq_pingpong, ...) with its server on SDEV in the netns that owns SADDR and its client on
+# CDEV in the other one, over RoCE v2 GIDs of SADDR/CADDR; ARGS go to both sides. Succeeds when
+# both sides exit 0. Each run uses a fresh TCP port.
+pp_run() {
+	local prog=$1 sdev=$2 saddr=$3 cdev=$4 caddr=$5 gs gc spid rc=1 port sns cns
+	shift 5
+	gs=$(sysfs_gid_index "$sdev" "$(gid_full "$saddr")" "RoCE v2") || { echo "no RoCE v2 GID for $saddr on $sdev"; return 1; }
+	gc=$(sysfs_gid_index "$cdev" "$(gid_full "$caddr")" "RoCE v2") || { echo "no RoCE v2 GID for $caddr on $cdev"; return 1; }
+	PP_PORT=$((PP_PORT + 1))
+	port=$PP_PORT
+	if ip -n "$NS_A" -br addr | grep -q " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
+	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -g "$gs" -p "$port" "$@" &
+	spid=$!
+	if ! wait_for 30 eval "ip netns exec $sns ss -ltn | grep -q ':$port '"; then
+		kill "$spid" 2>/dev/null
+		return 1
+	fi
+	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -g "$gc" -p "$port" "$@" "$saddr" && rc=0
+	wait "$spid" || rc=1
+	return "$rc"
+}
+
 trap topo_cleanup EXIT

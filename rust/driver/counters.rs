@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Per-device counters (shown by `rdma statistic`). Names follow rdma_rxe where the meaning is
+//! the same, so scripts compare the two drivers one to one.
+
+use crate::rvcore::qp::QpCounters;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
+        /// The device's counters.
+        #[derive(Default)]
+        pub struct Counters {
+            $($(#[$m])* pub $name: AtomicU64,)*
+        }
+
+        /// The counters' names, in [`Counters::values`] order.
+        pub const NAMES: &[&core::ffi::CStr] = &[$(
+            // SAFETY-free: a literal with a NUL appended.
+            match core::ffi::CStr::from_bytes_with_nul(
+                concat!(stringify!($name), "\0").as_bytes()
+            ) {
+                Ok(c) => c,
+                Err(_) => panic!("counter name"),
+            },
+        )*];
+
+        impl Counters {
+            /// The current values, in [`NAMES`] order.
+            pub fn values(&self, out: &mut [u64]) {
+                let v = [$(self.$name.load(Ordering::Relaxed)),*];
+                for (o, v) in out.iter_mut().zip(v.iter()) {
+                    *o = *v;
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets transmitted.
+    sent_pkts,
+    /// Packets received (ICRC good, for an existing QP).
+    rcvd_pkts,
+    /// Bytes transmitted (IP packets).
+    sent_bytes,
+    /// Bytes received (UDP payload).
+    rcvd_bytes,
+    /// Duplicate requests received.
+    duplicate_request,
+    /// Out-of-sequence requests received.
+    out_of_seq_request,
+    /// RNR NAKs received.
+    rcvd_rnr_err,
+    /// RNR NAKs sent.
+    send_rnr_err,
+    /// Sequence-error NAKs received.
+    rcvd_seq_err,
+    /// Sequence-error NAKs sent.
+    seq_naks_sent,
+    /// Retries started by the requester.
+    completer_retry_err,
+    /// Request packets retransmitted.
+    retransmitted_pkts,
+    /// Transport timer expiries.
+    transport_timeouts,
+    /// Sends that waited for end-to-end credits.
+    credit_stalls,
+    /// Unsolicited (credit update) ACKs sent.
+    credit_acks_sent,
+    /// Duplicate responses dropped.
+    duplicate_responses,
+    /// Completions with retry-exceeded status.
+    retry_exceeded_err,
+    /// Completions with RNR-retry-exceeded status.
+    retry_rnr_exceeded_err,
+    /// Path migrations.
+    path_migrations,
+    /// Packets dropped by a QP (state, header or path checks).
+    qp_dropped,
+    /// Packets dropped for a bad ICRC.
+    icrc_errors,
+    /// Malformed packets dropped.
+    rx_malformed,
+    /// Packets for a QP number that does not exist.
+    rx_no_qp,
+    /// Packets that could not be built or sent.
+    send_err,
+}
+
+impl Counters {
+    /// Adds what a QP's core counters advanced since `last`, and updates `last`.
+    pub fn fold(&self, now: &QpCounters, last: &mut QpCounters) {
+        let add = |c: &AtomicU64, n: u64, l: u64| {
+            let d = n.wrapping_sub(l);
+            if d != 0 {
+                c.fetch_add(d, Ordering::Relaxed);
+            }
+        };
+        add(&self.duplicate_request, now.rq.duplicates, last.rq.duplicates);
+        add(&self.out_of_seq_request, now.rq.sequence_errors, last.rq.sequence_errors);
+        add(&self.rcvd_rnr_err, now.sq.rnr_naks_received, last.sq.rnr_naks_received);
+        add(&self.send_rnr_err, now.rq.rnr_naks_sent, last.rq.rnr_naks_sent);
+        add(&self.rcvd_seq_err, now.sq.seq_naks_received, last.sq.seq_naks_received);
+        add(&self.seq_naks_sent, now.rq.seq_naks_sent, last.rq.seq_naks_sent);
+        add(&self.completer_retry_err, now.sq.retries, last.sq.retries);
+        add(&self.retransmitted_pkts, now.sq.retransmitted, last.sq.retransmitted);
+        add(&self.transport_timeouts, now.sq.timeouts, last.sq.timeouts);
+        add(&self.credit_stalls, now.sq.credit_stalls, last.sq.credit_stalls);
+        add(&self.credit_acks_sent, now.rq.unsolicited_acks, last.rq.unsolicited_acks);
+        add(&self.duplicate_responses, now.sq.duplicate_responses, last.sq.duplicate_responses);
+        add(&self.path_migrations, now.migrations, last.migrations);
+        add(&self.qp_dropped, now.dropped, last.dropped);
+        *last = *now;
+    }
+
+    /// Adds one to `c`.
+    pub fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The per-device state the datapath shares between verbs, work items and timers: the QP
+//! table, the MR table, the receive queue and its work item, and the counters.
+//!
+//! Receive path: the UDP tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to
+//! [`rx_hook`], which finds the device by the packet's ingress netdev and queues the skb on
+//! that device; the device's receive work (process context, module workqueue) parses it,
+//! checks the ICRC, finds the QP and runs the protocol core under the QP lock.
+
+use super::counters::Counters;
+use super::memory::MrTable;
+use super::qp::QpShared;
+use crate::net::netdev::{NetDev, NetDevRef};
+use crate::net::skb::{Skb, SkbQueue};
+use crate::sync::irq_spinlock::{IrqSpinLock, IrqSpinLockBackend};
+use crate::sync::workqueue;
+use kernel::{
+    prelude::*,
+    sync::{
+        lock::{GlobalLock, GlobalLockBackend},
+        Arc, ArcBorrow, LockClassKey,
+    },
+    workqueue::{Work, WorkItem},
+};
+
+/// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
+pub const FIRST_QPN: u32 = 16;
+/// Most QPs per device.
+pub const MAX_QPS: usize = 4096;
+/// Packets the receive work handles before it yields the CPU (it requeues itself).
+const RX_BUDGET: usize = 64;
+
+/// An entry of the QP table.
+enum QpSlot {
+    /// The number is free.
+    Free,
+    /// Taken by a QP being created.
+    Reserved,
+    /// A live QP.
+    Used(Arc<QpShared>),
+}
+
+/// State shared by a device's datapath.
+#[pin_data]
+pub struct DevShared {
+    /// Port net devices (port 1 first), held for the device's life.
+    pub ports: KVec<NetDevRef>,
+    /// Memory regions.
+    pub mrs: MrTable,
+    /// Counters for `rdma statistic`.
+    pub counters: Counters,
+    /// QPs by number (`qpn - FIRST_QPN`).
+    #[pin]
+    qps: IrqSpinLock<KVec<QpSlot>>,
+    /// Packets received, waiting for the receive work.
+    #[pin]
+    rx_queue: SkbQueue,
+    #[pin]
+    rx_work: Work<DevShared>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for DevShared { self.rx_work }
+}
+
+impl DevShared {
+    /// Creates the datapath state of a device on `ports`.
+    pub fn new(ports: &[&NetDev]) -> Result<Arc<Self>> {
+        let mut table = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
+        for _ in 0..MAX_QPS {
+            table.push(QpSlot::Free, GFP_KERNEL)?;
+        }
+        let mut held = KVec::with_capacity(ports.len(), GFP_KERNEL)?;
+        for p in ports {
+            held.push(p.hold(), GFP_KERNEL)?;
+        }
+        Arc::pin_init(
+            try_pin_init!(Self {
+                ports: held,
+                mrs: MrTable::new()?,
+                counters: Counters::default(),
+                qps <- crate::new_irq_spinlock!(table, "rvrdma_qp_table"),
+                rx_queue <- SkbQueue::new(),
+                rx_work <- kernel::new_work!("rvrdma_rx"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The net device of port `port` (1-based).
+    pub fn port_netdev(&self, port: u8) -> Option<&NetDev> {
+        let i = usize::from(port).checked_sub(1)?;
+        self.ports.get(i).map(|n| &**n)
+    }
+
+    /// Builds a QP with `make` under a free QP number and adds it to the table.
+    pub fn insert_qp(
+        &self,
+        make: impl FnOnce(u32) -> Result<Arc<QpShared>>,
+    ) -> Result<Arc<QpShared>> {
+        let idx = {
+            let mut t = self.qps.lock();
+            let i = t.iter().position(|e| matches!(e, QpSlot::Free)).ok_or(ENOMEM)?;
+            t[i] = QpSlot::Reserved;
+            i
+        };
+        let qpn = FIRST_QPN + u32::try_from(idx).map_err(|_| EINVAL)?;
+        let made = make(qpn);
+        let mut t = self.qps.lock();
+        match made {
+            Ok(qp) => {
+                t[idx] = QpSlot::Used(qp.clone());
+                Ok(qp)
+            }
+            Err(e) => {
+                t[idx] = QpSlot::Free;
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes QP `qpn` from the table; returns it so the caller drops it outside the lock.
+    pub fn remove_qp(&self, qpn: u32) -> Option<Arc<QpShared>> {
+        let i = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
+        let mut t = self.qps.lock();
+        let slot = t.get_mut(i)?;
+        match core::mem::replace(slot, QpSlot::Free) {
+            QpSlot::Used(qp) => Some(qp),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+
+    /// The QP with number `qpn`.
+    pub fn qp(&self, qpn: u32) -> Option<Arc<QpShared>> {
+        let i = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
+        let t = self.qps.lock();
+        match t.get(i) {
+            Some(QpSlot::Used(qp)) => Some(qp.clone()),
+            _ => None,
+        }
+    }
+
+    /// Queues a received packet and schedules the receive work (any context).
+    fn queue_rx(self: ArcBorrow<'_, Self>, skb: Skb) {
+        self.rx_queue.push(skb);
+        let _ = workqueue::queue().enqueue(Arc::from(self));
+    }
+
+    /// Handles queued packets, at most a budget's worth per run.
+    fn rx_work(self: &Arc<Self>) {
+        for _ in 0..RX_BUDGET {
+            let Some(skb) = self.rx_queue.pop() else {
+                return;
+            };
+            super::receive::packet(self, skb);
+        }
+        if self.rx_queue.len() > 0 {
+            let _ = workqueue::queue().enqueue(self.clone());
+        }
+    }
+
+    /// Stops the receive path of this device: it no longer gets packets, and the queued ones
+    /// are dropped. Process context.
+    pub fn shutdown(self: &Arc<Self>) {
+        rx_unlisten(self);
+        workqueue::flush(&self.rx_work);
+        while self.rx_queue.pop().is_some() {}
+    }
+}
+
+impl WorkItem for DevShared {
+    type Pointer = Arc<DevShared>;
+
+    fn run(this: Arc<DevShared>) {
+        this.rx_work();
+    }
+}
+
+/// The devices the receive hook dispatches to.
+enum RxDevices {}
+
+impl GlobalLockBackend for RxDevices {
+    const NAME: &'static CStr = c"rvrdma_rx_devices";
+    type Item = KVec<Arc<DevShared>>;
+    type Backend = IrqSpinLockBackend;
+
+    fn get_lock_class() -> Pin<&'static LockClassKey> {
+        kernel::static_lock_class!()
+    }
+}
+
+// SAFETY: initialised by `rx_init` in the module initialiser, before any use; `RxDevices` is
+// used by this lock only.
+static RX_DEVICES: GlobalLock<RxDevices> = unsafe { GlobalLock::new(KVec::new()) };
+
+/// Initialises the receive dispatch; call once in module init, before any device exists.
+pub fn rx_init() {
+    // SAFETY: called exactly once, first thing, before any other use of `RX_DEVICES`.
+    unsafe { RX_DEVICES.init() };
+    crate::net::udp_tunnel::set_rx_hook(rx_hook);
+}
+
+/// Makes `dev` receive packets arriving on its ports.
+pub fn rx_listen(dev: &Arc<DevShared>) -> Result {
+    let mut l = RX_DEVICES.lock();
+    l.push(dev.clone(), GFP_ATOMIC)?;
+    Ok(())
+}
+
+fn rx_unlisten(dev: &Arc<DevShared>) {
+    let removed = {
+        let mut l = RX_DEVICES.lock();
+        let i = l.iter().position(|d| core::ptr::eq(&**d, &**dev));
+        i.map(|i| l.remove(i))
+    };
+    // Dropped here, outside the lock.
+    drop(removed);
+    let mut l = RX_DEVICES.lock();
+    if l.is_empty() {
+        // Free the storage: the static is never dropped.
+        *l = KVec::new();
+    }
+}
+
+/// The UDP tunnel's receive hook (softirq): queue the packet on the device it arrived for.
+fn rx_hook(skb: Skb) {
+    let l = RX_DEVICES.lock();
+    let dev = l
+        .iter()
+        .find(|d| d.ports.iter().any(|p| skb.came_from(p)));
+    match dev {
+        Some(d) => {
+            let d = d.as_arc_borrow();
+            d.queue_rx(skb);
+        }
+        // Not ours (e.g. a netdev without an rvrdma device): drop.
+        None => drop(skb),
+    }
+}
+

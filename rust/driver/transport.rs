@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the protocol core asks of a QP, done for real: packets built as RoCEv2 skbs (sent by
+//! the caller once the QP lock is dropped), completions written to the CQs, async events and
+//! completion wake-ups collected for delivery after the lock, timers recorded for the hrtimer.
+
+use super::counters::Counters;
+use super::memory::QpMemory;
+use super::datapath::DevShared;
+use super::qp::{Pending, QpShared};
+use crate::net::skb::Skb;
+use crate::net::tx::{self, TxParams};
+use crate::rvcore::apm::PathInfo;
+use crate::rvcore::events::{
+    AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
+};
+use crate::rvcore::memory::MemError;
+use crate::rvcore::wire::{pad_count, Headers};
+use kernel::prelude::*;
+
+/// Most packets one locked section may build (the caller reserves this much room).
+pub const TX_BATCH: usize = 80;
+
+/// RoCEv2 overhead in front of the IB payload inside the netdev MTU (worst case: IPv6, UDP,
+/// BTH, RETH or AtomicETH, ICRC).
+const ROCE_OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
+
+/// The largest IB MTU (bytes) the netdev of `port` carries.
+pub fn port_mtu(dev: &DevShared, port: u8) -> u32 {
+    let mtu = dev.port_netdev(port).map_or(1500, |n| n.mtu());
+    let payload = mtu.saturating_sub(ROCE_OVERHEAD);
+    [4096u32, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|m| *m <= payload)
+        .unwrap_or(256)
+}
+
+/// The RoCEv2 UDP source port of a connection (`rdma_get_udp_sport()`): the flow label, or
+/// one computed from both QP numbers, folded into 0xC000..=0xFFFF.
+pub fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = if flow_label & 0xF_FFFF != 0 {
+        flow_label & 0xF_FFFF
+    } else {
+        let mut v = u64::from(lqpn).wrapping_mul(u64::from(rqpn));
+        v ^= v >> 20;
+        v ^= v >> 40;
+        (v & 0xF_FFFF) as u32
+    };
+    let low = (fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14);
+    (low | 0xC000) as u16
+}
+
+/// The [`Outputs`] of one locked section of a QP.
+pub struct QpOut<'a> {
+    qp: &'a QpShared,
+    /// Where built packets go; `None` where the caller cannot transmit (kernel posts): the
+    /// core then retransmits on its timer.
+    tx: Option<&'a mut KVec<Skb>>,
+    /// Timer deadlines (retransmit, RNR, ring poll).
+    pub deadlines: &'a mut [u64; 3],
+    pending: &'a mut Pending,
+    inline: &'a [u8],
+}
+
+impl<'a> QpOut<'a> {
+    /// Outputs for `qp`, with its lock held by the caller.
+    pub fn new(
+        qp: &'a QpShared,
+        tx: Option<&'a mut KVec<Skb>>,
+        deadlines: &'a mut [u64; 3],
+        pending: &'a mut Pending,
+        inline: &'a [u8],
+    ) -> Self {
+        Self {
+            qp,
+            tx,
+            deadlines,
+            pending,
+            inline,
+        }
+    }
+
+    /// The QP's number.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+
+    fn push_event(&mut self, ev: u32) {
+        let p = &mut *self.pending;
+        if let Some(slot) = p.events.get_mut(p.nevents) {
+            *slot = ev;
+            p.nevents += 1;
+        }
+    }
+}
+
+/// Copies a packet's payload from memory into `buf`.
+fn gather(mem: &QpMemory<'_>, payload: PayloadSource<'_>, buf: &mut [u8]) -> Result<(), MemError> {
+    match payload {
+        PayloadSource::None => Ok(()),
+        PayloadSource::Gather { sges, offset, .. } => mem.gather(sges, offset, buf),
+        PayloadSource::Remote { rkey, va, .. } => mem.read_remote(rkey, va, buf),
+    }
+}
+
+impl Outputs for QpOut<'_> {
+    fn transmit(&mut self, path: &PathInfo, headers: &Headers, payload: PayloadSource<'_>) {
+        let qp = self.qp;
+        let counters = &qp.dev.counters;
+        let room = self.tx.as_ref().is_some_and(|t| t.len() < t.capacity());
+        let ndev = qp.dev.port_netdev(path.port_num);
+        let tun = usize::from(path.port_num)
+            .checked_sub(1)
+            .and_then(|i| qp.tunnels.get(i));
+        let (true, Some(ndev), Some(tun)) = (room, ndev, tun) else {
+            Counters::inc(&counters.send_err);
+            return;
+        };
+        let plen = match payload {
+            PayloadSource::None => 0,
+            PayloadSource::Gather { len, .. } | PayloadSource::Remote { len, .. } => len as usize,
+        };
+        let mut h = *headers;
+        h.bth.pad_count = pad_count(plen);
+        let len = h.encoded_len() + plen + usize::from(h.bth.pad_count);
+        let params = TxParams {
+            ndev,
+            src_gid: path.sgid,
+            dst_gid: path.dgid,
+            src_port: udp_sport(path.flow_label, qp.qpn, h.bth.dest_qp),
+            tclass: path.traffic_class,
+            ttl: if path.hop_limit == 0 { 64 } else { path.hop_limit },
+            flow_label: path.flow_label,
+        };
+        let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, self.inline);
+        let built = tx::build(tun, &params, len, |buf| {
+            let n = h.encode(buf).map_err(|_| EINVAL)?;
+            let rest = buf.get_mut(n..).ok_or(EINVAL)?;
+            let (body, pad) = rest.split_at_mut(plen.min(rest.len()));
+            gather(&mem, payload, body).map_err(|_| EFAULT)?;
+            pad.fill(0);
+            Ok(())
+        });
+        match (built, self.tx.as_deref_mut()) {
+            // Room was checked above.
+            (Ok(skb), Some(tx)) => {
+                let _ = tx.push_within_capacity(skb);
+            }
+            _ => Counters::inc(&counters.send_err),
+        }
+    }
+
+    fn complete(&mut self, cq: CqKind, wc: &Completion) -> Result<(), CqFull> {
+        let notify = self.qp.cq(cq).push(wc, self.qp.wc_qp())?;
+        let i = match cq {
+            CqKind::Send => 0,
+            CqKind::Recv => 1,
+        };
+        if notify {
+            self.pending.notify[i] = true;
+        }
+        let c = &self.qp.dev.counters;
+        match wc.status {
+            WcStatus::RetryExcErr => Counters::inc(&c.retry_exceeded_err),
+            WcStatus::RnrRetryExcErr => Counters::inc(&c.retry_rnr_exceeded_err),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn async_event(&mut self, ev: AsyncEvent, cq: Option<CqKind>) {
+        match (ev, cq) {
+            (AsyncEvent::CqErr, Some(k)) => {
+                let i = match k {
+                    CqKind::Send => 0,
+                    CqKind::Recv => 1,
+                };
+                self.pending.cq_err[i] = true;
+            }
+            (AsyncEvent::CqErr, None) => {}
+            (ev, _) => self.push_event(ev as u32),
+        }
+    }
+
+    fn set_timer(&mut self, which: Timer, deadline_ns: u64) {
+        let i = match which {
+            Timer::Retransmit => 0,
+            Timer::Rnr => 1,
+        };
+        // 0 means "unset": a deadline at time 0 fires at 1 ns.
+        self.deadlines[i] = deadline_ns.max(1);
+    }
+
+    fn cancel_timer(&mut self, which: Timer) {
+        let i = match which {
+            Timer::Retransmit => 0,
+            Timer::Rnr => 1,
+        };
+        self.deadlines[i] = 0;
+    }
+}

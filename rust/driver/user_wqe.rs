@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work queue entries written by user space into the mmapped rings, in the rdma_rxe ABI
+//! (`include/uapi/rdma/rdma_user_rxe.h`): `struct rxe_send_wqe` and `struct rxe_recv_wqe`.
+//!
+//! The shell copies an element out of the shared ring once and parses the copy here, so user
+//! space cannot change a WQE while it is validated. Only the fields a provider is required to
+//! write are read; lengths are recomputed from the SGEs (older providers write wrong
+//! `dma.length` values), and the provider's private fields (`ssn`, `state`, PSNs) are ignored.
+
+use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
+
+/// Size of `struct rxe_send_wqe` up to its SGE array / inline data.
+pub const SEND_WQE_HEADER: usize = 208;
+/// Size of `struct rxe_recv_wqe` up to its SGE array.
+pub const RECV_WQE_HEADER: usize = 40;
+/// Size of one `struct rxe_sge`.
+pub const SGE_SIZE: usize = 16;
+
+const OFF_WR_ID: usize = 0;
+const OFF_OPCODE: usize = 12;
+const OFF_SEND_FLAGS: usize = 16;
+const OFF_EX: usize = 20;
+const OFF_REMOTE_ADDR: usize = 24;
+const OFF_RDMA_RKEY: usize = 32;
+const OFF_ATOMIC_COMPARE_ADD: usize = 32;
+const OFF_ATOMIC_SWAP: usize = 40;
+const OFF_ATOMIC_RKEY: usize = 48;
+const OFF_SEND_DMA_LENGTH: usize = 184;
+const OFF_SEND_DMA_NUM_SGE: usize = 196;
+const OFF_RECV_DMA_NUM_SGE: usize = 28;
+
+/// Why a user WQE was refused (the WR completes in error: `IB_WC_LOC_QP_OP_ERR` for an
+/// opcode rvrdma does not offer, `IB_WC_LOC_LEN_ERR` for bad lengths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeError {
+    /// Unknown or unsupported opcode (memory windows, flush, atomic write, TSO).
+    Opcode,
+    /// Too many SGEs, or inline data longer than the QP allows.
+    Length,
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut v = [0u8; 4];
+    if let Some(s) = b.get(off..off + 4) {
+        v.copy_from_slice(s);
+    }
+    u32::from_ne_bytes(v)
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut v = [0u8; 8];
+    if let Some(s) = b.get(off..off + 8) {
+        v.copy_from_slice(s);
+    }
+    u64::from_ne_bytes(v)
+}
+
+fn sges_at(b: &[u8], off: usize, n: usize) -> Option<SgList> {
+    let mut sges = [Sge::default(); MAX_SGE];
+    for (i, s) in sges.iter_mut().take(n).enumerate() {
+        let o = off + i * SGE_SIZE;
+        if b.len() < o + SGE_SIZE {
+            return None;
+        }
+        *s = Sge {
+            addr: u64_at(b, o),
+            length: u32_at(b, o + 8),
+            lkey: u32_at(b, o + 12),
+        };
+    }
+    SgList::from_slice(&sges[..n])
+}
+
+/// A parsed send WQE: the work request, and for inline sends the inline bytes' range within
+/// the copied element (the shell moves them into the QP's inline area).
+pub struct UserSend {
+    /// The work request (inline WRs get their SGE from the shell).
+    pub wr: SendWr,
+    /// `Some(len)`: `len` inline bytes start at [`SEND_WQE_HEADER`] in the element.
+    pub inline_len: Option<usize>,
+}
+
+/// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits.
+pub fn parse_send(e: &[u8], max_sge: usize, max_inline: usize) -> Result<UserSend, (u64, WqeError)> {
+    let wr_id = u64_at(e, OFF_WR_ID);
+    let opcode = SendOpcode::from_u32(u32_at(e, OFF_OPCODE)).ok_or((wr_id, WqeError::Opcode))?;
+    if opcode == SendOpcode::RegMr {
+        // Fast registration is a kernel-only operation.
+        return Err((wr_id, WqeError::Opcode));
+    }
+    let flags = u32_at(e, OFF_SEND_FLAGS);
+    let mut wr = SendWr::new(wr_id, opcode);
+    wr.flags = SendFlags(flags);
+    let ex = u32_at(e, OFF_EX);
+    match opcode {
+        // `imm_data` is big-endian in the WQE; the core wants host order.
+        SendOpcode::SendWithImm | SendOpcode::RdmaWriteWithImm => wr.imm = u32::from_be(ex),
+        SendOpcode::SendWithInv | SendOpcode::LocalInv => wr.invalidate_rkey = ex,
+        _ => {}
+    }
+    if opcode.is_write() || opcode == SendOpcode::RdmaRead {
+        wr.remote_addr = u64_at(e, OFF_REMOTE_ADDR);
+        wr.rkey = u32_at(e, OFF_RDMA_RKEY);
+    } else if opcode.is_atomic() {
+        wr.remote_addr = u64_at(e, OFF_REMOTE_ADDR);
+        wr.compare_add = u64_at(e, OFF_ATOMIC_COMPARE_ADD);
+        wr.swap = u64_at(e, OFF_ATOMIC_SWAP);
+        wr.rkey = u32_at(e, OFF_ATOMIC_RKEY);
+    }
+    let inline = flags & SendFlags::INLINE != 0 && !opcode.is_local();
+    if inline {
+        let len = u32_at(e, OFF_SEND_DMA_LENGTH) as usize;
+        if len > max_inline || e.len() < SEND_WQE_HEADER + len {
+            return Err((wr_id, WqeError::Length));
+        }
+        return Ok(UserSend {
+            wr,
+            inline_len: Some(len),
+        });
+    }
+    let n = u32_at(e, OFF_SEND_DMA_NUM_SGE) as usize;
+    if n > max_sge.min(MAX_SGE) {
+        return Err((wr_id, WqeError::Length));
+    }
+    wr.sg = sges_at(e, SEND_WQE_HEADER, n).ok_or((wr_id, WqeError::Length))?;
+    if wr.sg.total_len().is_none() {
+        return Err((wr_id, WqeError::Length));
+    }
+    Ok(UserSend {
+        wr,
+        inline_len: None,
+    })
+}
+
+/// Parses a copied `rxe_recv_wqe`.
+pub fn parse_recv(e: &[u8], max_sge: usize) -> Result<RecvWr, (u64, WqeError)> {
+    let wr_id = u64_at(e, OFF_WR_ID);
+    let n = u32_at(e, OFF_RECV_DMA_NUM_SGE) as usize;
+    if n > max_sge.min(MAX_SGE) {
+        return Err((wr_id, WqeError::Length));
+    }
+    let sg = sges_at(e, RECV_WQE_HEADER, n).ok_or((wr_id, WqeError::Length))?;
+    if sg.total_len().is_none() {
+        return Err((wr_id, WqeError::Length));
+    }
+    Ok(RecvWr { wr_id, sg })
+}

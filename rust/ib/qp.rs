@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs (`struct ib_qp`): create, modify, query, destroy, and the posting verbs.
+//!
+//! The trampolines turn ib_core's raw structures into safe views: [`QpInitAttr`] for creation,
+//! [`PathAttr`] for the address vectors of Modify QP, [`QpHandle`] for completions and events,
+//! and the kernel work-request lists into [`SendWr`] / [`RecvWr`] values of the protocol core.
+
+use super::{
+    cq::{Cq, CqVerbs},
+    device::{Device, IbDriver},
+    object::Obj,
+    pd::{Pd, PdVerbs},
+    udata::Udata,
+};
+use crate::bindings as b;
+use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
+use core::ptr::NonNull;
+use kernel::{error::from_result, prelude::*};
+
+/// The queue-pair verbs of a driver.
+pub trait QpVerbs: PdVerbs + CqVerbs + IbDriver {
+    /// The driver's data of a QP.
+    type Qp: Send + Sync;
+    /// Creates a QP; returns its data and its QP number. `udata` is `None` for kernel callers.
+    fn create_qp(
+        pd: &Pd<Self>,
+        init: &mut QpInitAttr<'_, Self>,
+        handle: QpHandle,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result<(Self::Qp, u32)>;
+    /// Modify QP: `mask` is `ib_qp_attr_mask`, already checked against the standard bits.
+    fn modify_qp(
+        dev: &Device<Self>,
+        qp: &Self::Qp,
+        attr: &ModifyAttr<'_>,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result;
+    /// Query QP: fills `attr` and `init`.
+    fn query_qp(qp: &Self::Qp, attr: &mut b::ib_qp_attr, init: &mut b::ib_qp_init_attr) -> Result;
+    /// Destroys a QP. After it returns the driver must not use the QP's [`QpHandle`].
+    fn destroy_qp(qp: Self::Qp);
+    /// Posts kernel send work requests, or (`wrs` is `None`) rings a user QP's doorbell:
+    /// the work requests are in the user's mmapped send queue.
+    fn post_send(qp: &Self::Qp, wrs: Option<&mut SendWrList<'_>>) -> Result;
+    /// Posts kernel receive work requests.
+    fn post_recv(qp: &Self::Qp, wrs: &mut RecvWrList<'_>) -> Result;
+}
+
+/// The `struct ib_qp` behind a QP, for completions (`ib_wc.qp`) and async events.
+///
+/// # Invariants
+///
+/// The pointer is a live `ib_qp` from the moment `create_qp` succeeds until `destroy_qp`
+/// returns. The driver keeps handles only inside its QP data and stops using them before its
+/// `destroy_qp` returns (it drains its work items and timers there).
+#[derive(Clone, Copy)]
+pub struct QpHandle(NonNull<b::ib_qp>);
+
+// SAFETY: the handle is an identity plus event dispatch, which ib_core allows from any thread.
+unsafe impl Send for QpHandle {}
+// SAFETY: as above.
+unsafe impl Sync for QpHandle {}
+
+impl QpHandle {
+    /// The raw pointer (for `ib_wc.qp`).
+    pub fn as_raw(&self) -> *mut b::ib_qp {
+        self.0.as_ptr()
+    }
+
+    /// Reports an affiliated asynchronous event (`enum ib_event_type`) on this QP to its owner.
+    /// Call it from process context without driver locks held.
+    pub fn dispatch_event(&self, event: u32) {
+        let qp = self.0.as_ptr();
+        // SAFETY: the QP is live (type invariant). `event_handler` is set by ib_core at
+        // creation (`__ib_qp_event_handler`) and may be called from any context.
+        unsafe {
+            let mut ev: b::ib_event = core::mem::zeroed();
+            ev.device = (*qp).device;
+            *ev.element.qp.as_mut() = qp;
+            ev.event = event;
+            if let Some(h) = (*qp).event_handler {
+                h(&mut ev, (*qp).qp_context);
+            }
+        }
+    }
+}
+
+/// Creation attributes of a QP (`struct ib_qp_init_attr`), with the CQs and SRQ resolved.
+pub struct QpInitAttr<'a, T: QpVerbs> {
+    raw: &'a mut b::ib_qp_init_attr,
+    send_cq: &'a Cq<T>,
+    recv_cq: &'a Cq<T>,
+    has_srq: bool,
+}
+
+impl<T: QpVerbs> QpInitAttr<'_, T> {
+    /// `enum ib_qp_type`.
+    pub fn qp_type(&self) -> u32 {
+        self.raw.qp_type
+    }
+    /// `create_flags` (rvrdma supports none).
+    pub fn create_flags(&self) -> u32 {
+        self.raw.create_flags
+    }
+    /// Every send WR generates a completion (`IB_SIGNAL_ALL_WR`).
+    pub fn signal_all(&self) -> bool {
+        self.raw.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR
+    }
+    /// The requested capabilities; the driver writes back what it grants.
+    pub fn cap(&mut self) -> &mut b::ib_qp_cap {
+        &mut self.raw.cap
+    }
+    /// The send CQ.
+    pub fn send_cq(&self) -> &Cq<T> {
+        self.send_cq
+    }
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &Cq<T> {
+        self.recv_cq
+    }
+    /// Whether receives come from an SRQ.
+    pub fn has_srq(&self) -> bool {
+        self.has_srq
+    }
+    /// `port_num` (special QPs only).
+    pub fn port_num(&self) -> u32 {
+        self.raw.port_num
+    }
+}
+
+/// An address vector of Modify QP (`ah_attr` or `alt_ah_attr`), resolved: the source GID
+/// comes from the GID table entry ib_core attached.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PathAttr {
+    /// Local port (1-based).
+    pub port_num: u32,
+    /// Source GID table index.
+    pub sgid_index: u8,
+    /// Source GID (our address).
+    pub sgid: [u8; 16],
+    /// Destination GID (the peer's address).
+    pub dgid: [u8; 16],
+    /// IPv6 flow label.
+    pub flow_label: u32,
+    /// Hop limit / TTL.
+    pub hop_limit: u8,
+    /// Traffic class / TOS.
+    pub traffic_class: u8,
+    /// Service level.
+    pub sl: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// The peer's MAC address (resolved by ib_core).
+    pub dmac: [u8; 6],
+}
+
+/// The attributes of one Modify QP call.
+pub struct ModifyAttr<'a> {
+    /// The raw attributes (scalar fields are read directly).
+    pub raw: &'a b::ib_qp_attr,
+    /// `ib_qp_attr_mask` bits.
+    pub mask: u32,
+    /// The primary path, when `IB_QP_AV` is set and it carries a GRH.
+    pub path: Option<PathAttr>,
+    /// The alternate path, when `IB_QP_ALT_PATH` is set and it carries a GRH.
+    pub alt_path: Option<PathAttr>,
+}
+
+/// Resolves an `rdma_ah_attr` of a RoCE port; `None` without a GRH or GID attribute.
+fn path_attr(ah: &b::rdma_ah_attr) -> Option<PathAttr> {
+    if u32::from(ah.ah_flags) & b::ib_ah_flags_IB_AH_GRH == 0 || ah.grh.sgid_attr.is_null() {
+        return None;
+    }
+    // SAFETY: ib_core holds a reference on the GID attribute for the duration of the call
+    // (`rdma_fill_sgid_attr`); it is non-NULL (checked).
+    let gid_attr = unsafe { &*ah.grh.sgid_attr };
+    // SAFETY: `ib_gid` is a union of byte arrays and integers: every bit pattern is valid.
+    let sgid = unsafe { gid_attr.gid.raw };
+    // SAFETY: as above.
+    let dgid = unsafe { ah.grh.dgid.raw };
+    // SAFETY: a RoCE port's `rdma_ah_attr` uses the `roce` member of the union.
+    let dmac = unsafe { ah.__bindgen_anon_1.roce.as_ref().dmac };
+    Some(PathAttr {
+        port_num: ah.port_num,
+        sgid_index: ah.grh.sgid_index,
+        sgid,
+        dgid,
+        flow_label: ah.grh.flow_label,
+        hop_limit: ah.grh.hop_limit,
+        traffic_class: ah.grh.traffic_class,
+        sl: ah.sl,
+        static_rate: ah.static_rate,
+        dmac,
+    })
+}
+
+/// Fills an `rdma_ah_attr` for Query QP from a path.
+pub fn fill_ah_attr(ah: &mut b::rdma_ah_attr, p: &PathAttr) {
+    ah.type_ = b::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+    ah.port_num = p.port_num;
+    ah.sl = p.sl;
+    ah.static_rate = p.static_rate;
+    ah.ah_flags = b::ib_ah_flags_IB_AH_GRH as u8;
+    ah.grh.dgid.raw = p.dgid;
+    ah.grh.flow_label = p.flow_label;
+    ah.grh.sgid_index = p.sgid_index;
+    ah.grh.hop_limit = p.hop_limit;
+    ah.grh.traffic_class = p.traffic_class;
+    ah.grh.sgid_attr = core::ptr::null();
+    // SAFETY: a RoCE address vector uses the `roce` member of the union.
+    unsafe { ah.__bindgen_anon_1.roce.as_mut().dmac = p.dmac };
+}
+
+/// A kernel caller's list of send work requests, consumed front to back.
+pub struct SendWrList<'a> {
+    next: *const b::ib_send_wr,
+    bad: &'a mut *const b::ib_send_wr,
+}
+
+impl SendWrList<'_> {
+    /// Converts the next work request; `Ok(None)` at the end. A WR rvrdma cannot express
+    /// fails with `EINVAL` (and becomes the caller's `bad_wr`).
+    pub fn next_wr(&mut self) -> Result<Option<SendWr>> {
+        if self.next.is_null() {
+            return Ok(None);
+        }
+        *self.bad = self.next;
+        // SAFETY: ib_core passes a valid, NULL-terminated list that lives for the call.
+        let wr = unsafe { &*self.next };
+        let opcode = SendOpcode::from_u32(wr.opcode).ok_or(EINVAL)?;
+        let nsge = usize::try_from(wr.num_sge).map_err(|_| EINVAL)?;
+        if nsge > MAX_SGE {
+            return Err(EINVAL);
+        }
+        let mut sges = [Sge::default(); MAX_SGE];
+        for (i, s) in sges.iter_mut().take(nsge).enumerate() {
+            // SAFETY: `sg_list` has `num_sge` elements.
+            let src = unsafe { &*wr.sg_list.add(i) };
+            *s = Sge {
+                addr: src.addr,
+                length: src.length,
+                lkey: src.lkey,
+            };
+        }
+        let mut out = SendWr::new(wr.wr_id, opcode);
+        out.flags = SendFlags(wr.send_flags);
+        out.sg = SgList::from_slice(&sges[..nsge]).ok_or(EINVAL)?;
+        // SAFETY: the union member matches the opcode (ib_verbs.h).
+        unsafe {
+            match opcode {
+                SendOpcode::SendWithImm | SendOpcode::RdmaWriteWithImm => {
+                    out.imm = u32::from_be(wr.ex.imm_data)
+                }
+                SendOpcode::SendWithInv | SendOpcode::LocalInv => {
+                    out.invalidate_rkey = wr.ex.invalidate_rkey
+                }
+                _ => {}
+            }
+        }
+        if opcode.is_write() || opcode == SendOpcode::RdmaRead {
+            // SAFETY: an RDMA WR is the `wr` member of an `ib_rdma_wr`.
+            let r = unsafe { &*self.next.cast::<b::ib_rdma_wr>() };
+            out.remote_addr = r.remote_addr;
+            out.rkey = r.rkey;
+        } else if opcode.is_atomic() {
+            // SAFETY: an atomic WR is the `wr` member of an `ib_atomic_wr`.
+            let a = unsafe { &*self.next.cast::<b::ib_atomic_wr>() };
+            out.remote_addr = a.remote_addr;
+            out.rkey = a.rkey;
+            out.compare_add = a.compare_add;
+            out.swap = a.swap;
+        } else if opcode == SendOpcode::RegMr {
+            // Fast registration needs the MR's handle; not offered to kernel callers yet.
+            return Err(EINVAL);
+        }
+        self.next = wr.next;
+        Ok(Some(out))
+    }
+}
+
+/// A kernel caller's list of receive work requests, consumed front to back.
+pub struct RecvWrList<'a> {
+    next: *const b::ib_recv_wr,
+    bad: &'a mut *const b::ib_recv_wr,
+}
+
+impl RecvWrList<'_> {
+    /// Converts the next work request; `Ok(None)` at the end.
+    pub fn next_wr(&mut self) -> Result<Option<RecvWr>> {
+        if self.next.is_null() {
+            return Ok(None);
+        }
+        *self.bad = self.next;
+        // SAFETY: ib_core passes a valid, NULL-terminated list that lives for the call.
+        let wr = unsafe { &*self.next };
+        let nsge = usize::try_from(wr.num_sge).map_err(|_| EINVAL)?;
+        if nsge > MAX_SGE {
+            return Err(EINVAL);
+        }
+        let mut sges = [Sge::default(); MAX_SGE];
+        for (i, s) in sges.iter_mut().take(nsge).enumerate() {
+            // SAFETY: `sg_list` has `num_sge` elements.
+            let src = unsafe { &*wr.sg_list.add(i) };
+            *s = Sge {
+                addr: src.addr,
+                length: src.length,
+                lkey: src.lkey,
+            };
+        }
+        self.next = wr.next;
+        Ok(Some(RecvWr {
+            wr_id: wr.wr_id,
+            sg: SgList::from_slice(&sges[..nsge]).ok_or(EINVAL)?,
+        }))
+    }
+}
+
+/// Fills the QP entries of an ops table.
+pub(crate) fn install<T: QpVerbs>(ops: &mut b::ib_device_ops) {
+    ops.create_qp = Some(create_qp::<T>);
+    ops.modify_qp = Some(modify_qp::<T>);
+    ops.query_qp = Some(query_qp::<T>);
+    ops.destroy_qp = Some(destroy_qp::<T>);
+    ops.post_send = Some(post_send::<T>);
+    ops.post_recv = Some(post_recv::<T>);
+    ops.size_ib_qp = Obj::<b::ib_qp, T::Qp>::SIZE;
+}
+
+/// # Safety
+///
+/// `ibqp` must be a QP of driver `T` that `create_qp` initialised and `destroy_qp` has not
+/// yet torn down, for `'a`.
+unsafe fn qp_data<'a, T: QpVerbs>(ibqp: *const b::ib_qp) -> &'a T::Qp {
+    // SAFETY: per the caller.
+    unsafe { Obj::<b::ib_qp, T::Qp>::data(ibqp) }
+}
+
+/// # Safety
+///
+/// ib_core callback: `ibqp` is a fresh QP of `size_ib_qp` bytes with `device`, `pd`, the CQs
+/// and the SRQ set; `init` is valid.
+unsafe extern "C" fn create_qp<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    init: *mut b::ib_qp_init_attr,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: valid per the callback contract.
+        let init = unsafe { &mut *init };
+        // SAFETY: ib_core set these fields (verbs.c `create_qp`).
+        let (pd, scq, rcq, srq) = unsafe { ((*ibqp).pd, (*ibqp).send_cq, (*ibqp).recv_cq, init.srq) };
+        if pd.is_null() || scq.is_null() || rcq.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: ib_core resolved these objects of our device and holds them for the call.
+        let (pd, send_cq, recv_cq) =
+            unsafe { (Pd::<T>::from_raw(pd), Cq::<T>::from_raw(scq), Cq::<T>::from_raw(rcq)) };
+        let mut attr = QpInitAttr {
+            raw: init,
+            send_cq,
+            recv_cq,
+            has_srq: !srq.is_null(),
+        };
+        // SAFETY: `udata` is NULL or valid for this call.
+        let mut udata = unsafe { Udata::from_raw(udata) };
+        // INVARIANT: `ibqp` is live until `destroy_qp` returns.
+        let handle = QpHandle(NonNull::new(ibqp).ok_or(EINVAL)?);
+        let (data, qpn) = T::create_qp(pd, &mut attr, handle, udata.as_mut())?;
+        // SAFETY: the object is fresh and ours.
+        unsafe {
+            (*ibqp).qp_num = qpn;
+            Obj::<b::ib_qp, T::Qp>::init(ibqp, data);
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core callback on a live QP of ours; `attr` is valid.
+unsafe extern "C" fn modify_qp<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    attr: *mut b::ib_qp_attr,
+    mask: c_int,
+    udata: *mut b::ib_udata,
+) -> c_int {
+    from_result(|| {
+        let mask = mask as u32;
+        if mask & !b::ib_qp_attr_mask_IB_QP_ATTR_STANDARD_BITS != 0 {
+            return Err(crate::errno::eopnotsupp());
+        }
+        // SAFETY: valid per the callback contract.
+        let raw = unsafe { &*attr };
+        let m = ModifyAttr {
+            raw,
+            mask,
+            path: (mask & b::ib_qp_attr_mask_IB_QP_AV != 0)
+                .then(|| path_attr(&raw.ah_attr))
+                .flatten(),
+            alt_path: (mask & b::ib_qp_attr_mask_IB_QP_ALT_PATH != 0)
+                .then(|| path_attr(&raw.alt_ah_attr))
+                .flatten(),
+        };
+        // SAFETY: `udata` is NULL or valid for this call.
+        let mut udata = unsafe { Udata::from_raw(udata) };
+        // SAFETY: the QP and its device are live.
+        let (dev, data) = unsafe { (Device::<T>::from_raw((*ibqp).device), qp_data::<T>(ibqp)) };
+        T::modify_qp(dev, data, &m, udata.as_mut())?;
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core callback on a live QP of ours; `attr` and `init` are valid.
+unsafe extern "C" fn query_qp<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    attr: *mut b::ib_qp_attr,
+    _mask: c_int,
+    init: *mut b::ib_qp_init_attr,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: valid per the callback contract; the QP is live.
+        unsafe { T::query_qp(qp_data::<T>(ibqp), &mut *attr, &mut *init)? };
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core callback: the QP is live and ib_core never uses it again after this.
+unsafe extern "C" fn destroy_qp<T: QpVerbs>(ibqp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: initialised by `create_qp`; moved out exactly once.
+    let data = unsafe { Obj::<b::ib_qp, T::Qp>::take(ibqp) };
+    T::destroy_qp(data);
+    0
+}
+
+/// # Safety
+///
+/// ib_core callback on a live QP of ours (any context); `wr` is NULL (user doorbell) or a
+/// valid list; `bad` is valid.
+unsafe extern "C" fn post_send<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    wr: *const b::ib_send_wr,
+    bad: *mut *const b::ib_send_wr,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: the QP is live.
+        let data = unsafe { qp_data::<T>(ibqp) };
+        if wr.is_null() {
+            T::post_send(data, None)?;
+        } else {
+            // SAFETY: `bad` is valid for writes.
+            let mut list = SendWrList { next: wr, bad: unsafe { &mut *bad } };
+            T::post_send(data, Some(&mut list))?;
+        }
+        Ok(0)
+    })
+}
+
+/// # Safety
+///
+/// ib_core callback on a live QP of ours (any context); `wr` is a valid list, `bad` valid.
+unsafe extern "C" fn post_recv<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    wr: *const b::ib_recv_wr,
+    bad: *mut *const b::ib_recv_wr,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: the QP is live; `bad` is valid for writes.
+        let (data, bad) = unsafe { (qp_data::<T>(ibqp), &mut *bad) };
+        let mut list = RecvWrList { next: wr, bad };
+        T::post_recv(data, &mut list)?;
+        Ok(0)
+    })
+}
