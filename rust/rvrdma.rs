@@ -16,6 +16,7 @@ pub mod errno;
 pub mod ib;
 mod kunit_core;
 mod kunit_loopback;
+mod kunit_net;
 pub mod net;
 #[path = "core/src/lib.rs"]
 pub mod rvcore;
@@ -27,6 +28,7 @@ pub use rvcore::*;
 use driver::link::{RvrLink, RvrNetdevEvents};
 use ib::link::LinkRegistration;
 use net::notifier::NetdevNotifier;
+use net::udp_tunnel::PernetRegistration;
 
 module! {
     type: RvrdmaModule,
@@ -46,8 +48,10 @@ impl Drop for DeviceTeardown {
     }
 }
 
-/// The module: the link type, then device teardown, then the netdev notifier (fields drop in
-/// this order, so no device can be created while they are torn down).
+/// The module: the link type, then device teardown, then the netdev notifier, then the pernet
+/// registration of the RoCEv2 sockets (fields drop in this order, so no device can be created
+/// while they are torn down, and the sockets outlive every device; unregistering the pernet
+/// operations releases any socket left and waits for `encap_rcv` callers).
 #[pin_data]
 struct RvrdmaModule {
     #[pin]
@@ -55,12 +59,15 @@ struct RvrdmaModule {
     teardown: DeviceTeardown,
     #[pin]
     notifier: NetdevNotifier<RvrNetdevEvents>,
+    #[pin]
+    pernet: PernetRegistration,
 }
 
 impl kernel::InPlaceModule for RvrdmaModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         driver::registry::init();
         try_pin_init!(Self {
+            pernet <- PernetRegistration::register(),
             notifier <- NetdevNotifier::register(),
             teardown: DeviceTeardown,
             link <- LinkRegistration::register(),

@@ -105,6 +105,12 @@ impl NetDevRef {
 }
 
 impl NetDevRef {
+    /// The net device called `name` in the initial namespace, referenced (`dev_get_by_name`).
+    pub fn init_net_by_name(name: &CStr) -> Option<NetDevRef> {
+        // SAFETY: `name` is NUL-terminated; a non-null result carries one reference.
+        unsafe { NetDevRef::from_raw_owned(b::rvr_init_net_dev_get_by_name(name.as_char_ptr())) }
+    }
+
     /// Hands the reference to C (e.g. as the return value of `get_netdev`).
     pub fn into_raw(self) -> *mut b::net_device {
         let p = self.0.as_ptr();

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rvrdma: one-line wrappers for the static inline skb, socket, route and netns functions that
+ * rust/net/ calls. Driver logic stays in Rust.
+ */
+#include "rvrdma_net.h"
+
+unsigned char *rvr_skb_data(const struct sk_buff *skb)
+{
+	return skb->data;
+}
+
+unsigned int rvr_skb_len(const struct sk_buff *skb)
+{
+	return skb->len;
+}
+
+unsigned int rvr_skb_headlen(const struct sk_buff *skb)
+{
+	return skb_headlen(skb);
+}
+
+unsigned int rvr_skb_headroom(const struct sk_buff *skb)
+{
+	return skb_headroom(skb);
+}
+
+int rvr_skb_tailroom(const struct sk_buff *skb)
+{
+	return skb_tailroom(skb);
+}
+
+struct net_device *rvr_skb_dev(const struct sk_buff *skb)
+{
+	return skb->dev;
+}
+
+struct sock *rvr_skb_sk(const struct sk_buff *skb)
+{
+	return skb->sk;
+}
+
+__be16 rvr_skb_protocol(const struct sk_buff *skb)
+{
+	return skb->protocol;
+}
+
+unsigned char *rvr_skb_network_header(const struct sk_buff *skb)
+{
+	return skb_network_header(skb);
+}
+
+void rvr_skb_reset_network_header(struct sk_buff *skb)
+{
+	skb_reset_network_header(skb);
+}
+
+void rvr_skb_reset_transport_header(struct sk_buff *skb)
+{
+	skb_reset_transport_header(skb);
+}
+
+int rvr_skb_linearize(struct sk_buff *skb)
+{
+	return skb_linearize(skb);
+}
+
+void rvr_kfree_skb(struct sk_buff *skb)
+{
+	kfree_skb(skb);
+}
+
+struct sk_buff *rvr_alloc_skb(unsigned int size)
+{
+	return alloc_skb(size, GFP_ATOMIC);
+}
+
+void rvr_skb_reserve(struct sk_buff *skb, int len)
+{
+	skb_reserve(skb, len);
+}
+
+void rvr_skb_set_dev_proto(struct sk_buff *skb, struct net_device *ndev, __be16 proto)
+{
+	skb->dev = ndev;
+	skb->protocol = proto;
+}
+
+void rvr_skb_clear_hash(struct sk_buff *skb)
+{
+	skb_clear_hash(skb);
+}
+
+void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst)
+{
+	skb_dst_set(skb, dst);
+}
+
+void rvr_skb_clear_ipcb(struct sk_buff *skb)
+{
+	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
+}
+
+void rvr_skb_queue_head_init(struct sk_buff_head *q)
+{
+	skb_queue_head_init(q);
+}
+
+u32 rvr_skb_queue_len(const struct sk_buff_head *q)
+{
+	return skb_queue_len_lockless(q);
+}
+
+void rvr_skb_queue_purge(struct sk_buff_head *q)
+{
+	skb_queue_purge(q);
+}
+
+struct net *rvr_dev_net(const struct net_device *ndev)
+{
+	return dev_net(ndev);
+}
+
+struct net_device *rvr_init_net_dev_get_by_name(const char *name)
+{
+	return dev_get_by_name(&init_net, name);
+}
+
+int rvr_netdev_ifindex(const struct net_device *ndev)
+{
+	return ndev->ifindex;
+}
+
+unsigned int rvr_ll_reserved_space(const struct net_device *ndev)
+{
+	return LL_RESERVED_SPACE(ndev);
+}
+
+int rvr_udp_sock_create(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp)
+{
+	return udp_sock_create(net, cfg, sockp);
+}
+
+struct sock *rvr_socket_sk(const struct socket *sock)
+{
+	return sock->sk;
+}
+
+void *rvr_rcu_dereference_sk_user_data(const struct sock *sk)
+{
+	return rcu_dereference_sk_user_data(sk);
+}
+
+void rvr_sock_hold(struct sock *sk)
+{
+	sock_hold(sk);
+}
+
+void rvr_sock_put(struct sock *sk)
+{
+	sock_put(sk);
+}
+
+bool rvr_irqs_disabled(void)
+{
+	return irqs_disabled();
+}
+
+struct rtable *rvr_ip_route_output_key(struct net *net, struct flowi4 *fl4)
+{
+	return ip_route_output_key(net, fl4);
+}
+
+struct dst_entry *rvr_rtable_dst(struct rtable *rt)
+{
+	return &rt->dst;
+}
+
+int rvr_dst_error(const struct dst_entry *dst)
+{
+	return dst->error;
+}
+
+struct dst_entry *rvr_dst_clone(struct dst_entry *dst)
+{
+	return dst_clone(dst);
+}
+
+struct dst_entry *rvr_dst_check(struct dst_entry *dst, u32 cookie)
+{
+	return dst_check(dst, cookie);
+}
+
+u32 rvr_rt6_get_cookie(struct dst_entry *dst)
+{
+	return rt6_get_cookie(dst_rt6_info(dst));
+}

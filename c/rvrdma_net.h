@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * rvrdma: C wrappers for the static inline functions and macros of the skb, socket, route and
+ * netns headers that rust/net/ calls. Nothing here holds driver logic.
+ */
+#ifndef RVRDMA_NET_H
+#define RVRDMA_NET_H
+
+#include <linux/skbuff.h>
+#include <linux/netdevice.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <net/sock.h>
+#include <net/dst.h>
+#include <net/ip.h>
+#include <net/ipv6.h>
+#include <net/route.h>
+#include <net/ip6_route.h>
+#include <net/net_namespace.h>
+#include <net/udp_tunnel.h>
+
+/* skb accessors */
+unsigned char *rvr_skb_data(const struct sk_buff *skb);
+unsigned int rvr_skb_len(const struct sk_buff *skb);
+unsigned int rvr_skb_headlen(const struct sk_buff *skb);
+unsigned int rvr_skb_headroom(const struct sk_buff *skb);
+int rvr_skb_tailroom(const struct sk_buff *skb);
+struct net_device *rvr_skb_dev(const struct sk_buff *skb);
+struct sock *rvr_skb_sk(const struct sk_buff *skb);
+__be16 rvr_skb_protocol(const struct sk_buff *skb);
+unsigned char *rvr_skb_network_header(const struct sk_buff *skb);
+void rvr_skb_reset_network_header(struct sk_buff *skb);
+void rvr_skb_reset_transport_header(struct sk_buff *skb);
+int rvr_skb_linearize(struct sk_buff *skb);
+void rvr_kfree_skb(struct sk_buff *skb);
+struct sk_buff *rvr_alloc_skb(unsigned int size);
+void rvr_skb_reserve(struct sk_buff *skb, int len);
+void rvr_skb_set_dev_proto(struct sk_buff *skb, struct net_device *ndev, __be16 proto);
+void rvr_skb_clear_hash(struct sk_buff *skb);
+void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst);
+void rvr_skb_clear_ipcb(struct sk_buff *skb);
+
+/* skb queues */
+void rvr_skb_queue_head_init(struct sk_buff_head *q);
+u32 rvr_skb_queue_len(const struct sk_buff_head *q);
+void rvr_skb_queue_purge(struct sk_buff_head *q);
+
+/* net devices, namespaces, sockets */
+struct net *rvr_dev_net(const struct net_device *ndev);
+struct net_device *rvr_init_net_dev_get_by_name(const char *name);
+int rvr_netdev_ifindex(const struct net_device *ndev);
+unsigned int rvr_ll_reserved_space(const struct net_device *ndev);
+int rvr_udp_sock_create(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp);
+struct sock *rvr_socket_sk(const struct socket *sock);
+void *rvr_rcu_dereference_sk_user_data(const struct sock *sk);
+void rvr_sock_hold(struct sock *sk);
+void rvr_sock_put(struct sock *sk);
+
+/* routes */
+bool rvr_irqs_disabled(void);
+struct rtable *rvr_ip_route_output_key(struct net *net, struct flowi4 *fl4);
+struct dst_entry *rvr_rtable_dst(struct rtable *rt);
+int rvr_dst_error(const struct dst_entry *dst);
+struct dst_entry *rvr_dst_clone(struct dst_entry *dst);
+struct dst_entry *rvr_dst_check(struct dst_entry *dst, u32 cookie);
+u32 rvr_rt6_get_cookie(struct dst_entry *dst);
+
+#endif

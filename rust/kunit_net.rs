@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit suite run when rvrdma.ko loads: the wire path's pure parts and socket buffers (the
+//! ICRC with the kernel's `crc32_le` against the core, RoCEv2 parsing of real skbs, skb queues).
+
+#[kernel::prelude::kunit_tests(rvrdma_net)]
+mod tests {
+    use crate::net::netdev::NetDevRef;
+    use crate::net::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
+    use crate::net::skb::{Skb, SkbQueue};
+    use crate::net::{tx, udp_tunnel};
+    use crate::rvcore::{icrc, psn::Psn, wire};
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use kernel::prelude::*;
+    use kernel::time::{delay::fsleep, Delta};
+
+    const PAYLOAD: usize = 24;
+    const TRANSPORT: usize = 12 + PAYLOAD;
+    const V4_LEN: usize = IPV4_HLEN + UDP_HLEN + TRANSPORT + ICRC_LEN;
+    const V6_LEN: usize = IPV6_HLEN + UDP_HLEN + TRANSPORT + ICRC_LEN;
+
+    fn src6() -> [u8; 16] {
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+    }
+
+    fn dst6() -> [u8; 16] {
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+    }
+
+    /// Writes BTH (RC SEND ONLY to QP 0x11) and a payload into `t` (no KUnit assertion: it
+    /// also runs in the softirq receive hook).
+    fn fill_transport(t: &mut [u8]) -> Result {
+        let bth = wire::Bth {
+            ack_req: true,
+            ..wire::Bth::new(wire::Opcode::RcSendOnly, 0x11, Psn::new(0x12_3456))
+        };
+        bth.encode(t.get_mut(..12).ok_or(EINVAL)?)
+            .map_err(|_| EINVAL)?;
+        for (i, b) in t.iter_mut().skip(12).enumerate() {
+            *b = (i as u8).wrapping_mul(7);
+        }
+        Ok(())
+    }
+
+    /// A complete IPv4 RoCEv2 packet as `build_routed` lays it out, the ICRC from the kernel
+    /// path (`compute_icrc`).
+    fn packet_v4() -> [u8; V4_LEN] {
+        let mut p = [0u8; V4_LEN];
+        let (ip, rest) = p.split_at_mut(IPV4_HLEN);
+        let (udp, rest) = rest.split_at_mut(UDP_HLEN);
+        let ip: &mut [u8; IPV4_HLEN] = ip.try_into().unwrap_or_else(|_| unreachable!());
+        let udp: &mut [u8; UDP_HLEN] = udp.try_into().unwrap_or_else(|_| unreachable!());
+        roce::write_ipv4(ip, V4_LEN as u16, 0x68, 64, [10, 77, 0, 1], [10, 77, 0, 2]);
+        ip[4] = 0x12; // an identification, as __ip_select_ident would set
+        ip[5] = 0x34;
+        roce::write_udp(udp, 0xc123, (V4_LEN - IPV4_HLEN) as u16);
+        let (t, trailer) = rest.split_at_mut(TRANSPORT);
+        assert!(fill_transport(t).is_ok());
+        let crc = roce::compute_icrc(icrc::IpHeader::V4(ip), udp, t);
+        assert!(crc.is_some());
+        trailer.copy_from_slice(&icrc::to_wire(crc.unwrap_or(0)));
+        p
+    }
+
+    /// The IPv6 counterpart of [`packet_v4`].
+    fn packet_v6() -> [u8; V6_LEN] {
+        let mut p = [0u8; V6_LEN];
+        let (ip, rest) = p.split_at_mut(IPV6_HLEN);
+        let (udp, rest) = rest.split_at_mut(UDP_HLEN);
+        let ip: &mut [u8; IPV6_HLEN] = ip.try_into().unwrap_or_else(|_| unreachable!());
+        let udp: &mut [u8; UDP_HLEN] = udp.try_into().unwrap_or_else(|_| unreachable!());
+        roce::write_ipv6(
+            ip,
+            (V6_LEN - IPV6_HLEN) as u16,
+            0xab,
+            0x12345,
+            3,
+            &src6(),
+            &dst6(),
+        );
+        roce::write_udp(udp, 0xc321, (V6_LEN - IPV6_HLEN) as u16);
+        let (t, trailer) = rest.split_at_mut(TRANSPORT);
+        assert!(fill_transport(t).is_ok());
+        let crc = roce::compute_icrc(icrc::IpHeader::V6(ip), udp, t);
+        assert!(crc.is_some());
+        trailer.copy_from_slice(&icrc::to_wire(crc.unwrap_or(0)));
+        p
+    }
+
+    fn split4(p: &[u8]) -> ([u8; IPV4_HLEN], [u8; UDP_HLEN]) {
+        let mut ip = [0u8; IPV4_HLEN];
+        let mut udp = [0u8; UDP_HLEN];
+        ip.copy_from_slice(&p[..IPV4_HLEN]);
+        udp.copy_from_slice(&p[IPV4_HLEN..IPV4_HLEN + UDP_HLEN]);
+        (ip, udp)
+    }
+
+    /// The ICRC computed with `crc32_le` over the core's masks equals the core's own
+    /// `compute` / `check`, for IPv4 and IPv6.
+    #[test]
+    fn icrc_kernel_path_matches_core() {
+        let p = packet_v4();
+        let (ip, udp) = split4(&p);
+        let payload = &p[IPV4_HLEN + UDP_HLEN..];
+        assert!(icrc::check(icrc::IpHeader::V4(&ip), &udp, payload));
+        let t = &payload[..TRANSPORT];
+        assert_eq!(
+            roce::compute_icrc(icrc::IpHeader::V4(&ip), &udp, t),
+            icrc::compute(icrc::IpHeader::V4(&ip), &udp, t)
+        );
+
+        let p = packet_v6();
+        let mut ip6 = [0u8; IPV6_HLEN];
+        let mut udp6 = [0u8; UDP_HLEN];
+        ip6.copy_from_slice(&p[..IPV6_HLEN]);
+        udp6.copy_from_slice(&p[IPV6_HLEN..IPV6_HLEN + UDP_HLEN]);
+        let payload = &p[IPV6_HLEN + UDP_HLEN..];
+        assert!(icrc::check(icrc::IpHeader::V6(&ip6), &udp6, payload));
+        let t = &payload[..TRANSPORT];
+        assert_eq!(
+            roce::compute_icrc(icrc::IpHeader::V6(&ip6), &udp6, t),
+            icrc::compute(icrc::IpHeader::V6(&ip6), &udp6, t)
+        );
+        // Only a BTH, no payload.
+        assert_eq!(
+            roce::compute_icrc(icrc::IpHeader::V6(&ip6), &udp6, &t[..12]),
+            icrc::compute(icrc::IpHeader::V6(&ip6), &udp6, &t[..12])
+        );
+        assert_eq!(
+            roce::compute_icrc(icrc::IpHeader::V6(&ip6), &udp6, &t[..11]),
+            None
+        );
+    }
+
+    /// An IPv4 packet in an skb with `data` at the IP header parses, fields and transport intact.
+    #[test]
+    fn parse_roce_ipv4_skb() {
+        let p = packet_v4();
+        let skb = Skb::from_ip_packet(&p);
+        assert!(skb.is_ok());
+        let Ok(mut skb) = skb else { return };
+        let rx = skb.parse_roce();
+        assert!(rx.is_ok());
+        let Ok(rx) = rx else { return };
+        assert!(rx.ipv4);
+        assert_eq!(rx.src_gid, roce::gid_from_ipv4([10, 77, 0, 1]));
+        assert_eq!(rx.dst_gid, roce::gid_from_ipv4([10, 77, 0, 2]));
+        assert_eq!(rx.tclass, 0x68);
+        assert_eq!(rx.ttl, 64);
+        assert_eq!(rx.transport, &p[IPV4_HLEN + UDP_HLEN..V4_LEN - ICRC_LEN]);
+        skb.consume();
+    }
+
+    /// The layout `encap_rcv` hands over (`data` at the UDP header, network header before it)
+    /// parses too, IPv6 here.
+    #[test]
+    fn parse_roce_ipv6_encap_layout() {
+        let p = packet_v6();
+        let Ok(mut skb) = Skb::from_ip_packet(&p) else {
+            panic!("alloc");
+        };
+        assert!(skb.pull(IPV6_HLEN).is_ok());
+        assert_eq!(skb.data().len(), V6_LEN - IPV6_HLEN);
+        let rx = skb.parse_roce();
+        assert!(rx.is_ok());
+        let Ok(rx) = rx else { return };
+        assert!(!rx.ipv4);
+        assert_eq!(rx.src_gid, src6());
+        assert_eq!(rx.dst_gid, dst6());
+        assert_eq!(rx.tclass, 0xab);
+        assert_eq!(rx.ttl, 3);
+        assert_eq!(rx.transport, &p[IPV6_HLEN + UDP_HLEN..V6_LEN - ICRC_LEN]);
+    }
+
+    /// Masked fields may change in flight; anything else, bad lengths, IPv4 options and the wrong
+    /// port are rejected.
+    #[test]
+    fn parse_rejects_bad_packets() {
+        let good = packet_v4();
+        let mut p = good;
+        p[1] = 0x03; // TOS/ECN: masked
+        p[8] = 1; // TTL: masked
+        p[IPV4_HLEN + UDP_HLEN + 4] = 0xc0; // FECN/BECN: masked
+        assert!(roce::parse_ip_packet(&p).is_ok());
+
+        let mut p = good;
+        p[IPV4_HLEN + UDP_HLEN + 11] ^= 1; // PSN
+        assert!(roce::parse_ip_packet(&p).is_err());
+        let mut p = good;
+        p[4] ^= 1; // IPv4 identification is covered
+        assert!(roce::parse_ip_packet(&p).is_err());
+        let mut p = good;
+        p[0] = 0x46; // IHL 6
+        assert!(roce::parse_ip_packet(&p).is_err());
+        let mut p = good;
+        p[IPV4_HLEN + 5] += 4; // UDP length beyond the datagram
+        assert!(roce::parse_ip_packet(&p).is_err());
+        let mut p = good;
+        p[IPV4_HLEN + 3] ^= 1; // destination port
+        assert!(roce::parse_ip_packet(&p).is_err());
+        let mut p = good;
+        p[6] = 0x20; // more fragments
+        assert!(roce::parse_ip_packet(&p).is_err());
+        assert!(roce::parse_ip_packet(&good[..V4_LEN - 1]).is_err());
+        assert!(roce::parse_ip_packet(&[]).is_err());
+        // Link padding after the datagram is ignored.
+        let mut padded = [0u8; V4_LEN + 6];
+        padded[..V4_LEN].copy_from_slice(&good);
+        assert!(roce::parse_ip_packet(&padded).is_ok());
+    }
+
+    /// IPv4-mapped GIDs round-trip; other GIDs are IPv6.
+    #[test]
+    fn ipv4_mapped_gids() {
+        let g = roce::gid_from_ipv4([192, 168, 1, 7]);
+        assert_eq!(roce::ipv4_from_gid(&g), Some([192, 168, 1, 7]));
+        assert_eq!(roce::ipv4_from_gid(&src6()), None);
+    }
+
+    /// The skb queue is FIFO, counts, and frees what is left on drop.
+    #[test]
+    fn skb_queue_fifo() {
+        let q = KBox::pin_init(SkbQueue::new(), GFP_KERNEL);
+        assert!(q.is_ok());
+        let Ok(q) = q else { return };
+        for n in 1..=3usize {
+            let Ok(skb) = Skb::from_ip_packet(&[0u8; 8][..n]) else {
+                panic!("alloc");
+            };
+            q.push(skb);
+        }
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.pop().map(|s| s.len()), Some(1));
+        assert_eq!(q.pop().map(|s| s.len()), Some(2));
+        assert_eq!(q.len(), 1);
+        // The last one is purged by the drop.
+    }
+
+    /// What the loopback hook saw: 0 nothing yet, 4 / 6 a good IPv4 / IPv6 packet with the
+    /// expected transport, 100 a wrong transport, 101 a parse error.
+    static LOOP_RESULT: AtomicU32 = AtomicU32::new(0);
+
+    /// The receive hook of [`send_and_receive_on_lo`] (softirq).
+    fn capture(mut skb: Skb) {
+        let mut want = [0u8; TRANSPORT];
+        let r = match (skb.parse_roce(), fill_transport(&mut want)) {
+            (Ok(rx), Ok(())) if rx.transport == &want[..] => {
+                if rx.ipv4 {
+                    4
+                } else {
+                    6
+                }
+            }
+            (Ok(_), _) => 100,
+            (Err(_), _) => 101,
+        };
+        LOOP_RESULT.store(r, Ordering::Release);
+        skb.consume();
+    }
+
+    /// End to end on `lo` of the initial namespace: acquire the netns socket, build IPv4 and
+    /// IPv6 packets (route, headers, ICRC, owner), send them with `ip_local_out` /
+    /// `ip6_local_out`, receive them through `encap_rcv` and the hook, parse them and check the
+    /// ICRC and payload; the last `TunnelRef` releases the socket. Skipped (passes) when `lo` is
+    /// missing or port 4791 is taken (rdma_rxe in the initial namespace).
+    #[test]
+    fn send_and_receive_on_lo() {
+        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
+            pr_info!("send_and_receive_on_lo: no lo, skipped\n");
+            return;
+        };
+        let before = udp_tunnel::open_count();
+        let Ok(tun) = udp_tunnel::acquire(&lo) else {
+            pr_info!("send_and_receive_on_lo: port 4791 taken, skipped\n");
+            return;
+        };
+        assert_eq!(udp_tunnel::open_count(), before + 1);
+        let tun2 = udp_tunnel::acquire(&lo);
+        assert!(tun2.is_ok());
+        assert_eq!(udp_tunnel::open_count(), before + 1);
+        drop(tun2);
+        // Restores the driver's hook however the test ends (a failed assertion returns).
+        struct Restore(Option<udp_tunnel::RxHook>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                udp_tunnel::swap_rx_hook(self.0);
+            }
+        }
+        let restore = Restore(udp_tunnel::swap_rx_hook(Some(capture)));
+        let mut v6_lo = [0u8; 16];
+        v6_lo[15] = 1;
+        let v4_lo = roce::gid_from_ipv4([127, 0, 0, 1]);
+        for (gid, want) in [(v4_lo, 4u32), (v6_lo, 6u32)] {
+            LOOP_RESULT.store(0, Ordering::Release);
+            let p = tx::TxParams {
+                ndev: &lo,
+                src_gid: gid,
+                dst_gid: gid,
+                src_port: 0xc000,
+                tclass: 0,
+                ttl: 64,
+                flow_label: 0x1234,
+            };
+            let skb = tx::build(&tun, &p, TRANSPORT, fill_transport);
+            if let Err(e) = &skb {
+                pr_info!(
+                    "send_and_receive_on_lo: IPv{} build failed: {:?}\n",
+                    want,
+                    e
+                );
+            }
+            assert!(skb.is_ok());
+            let Ok(skb) = skb else { continue };
+            assert_eq!(
+                skb.len(),
+                TRANSPORT + ICRC_LEN + UDP_HLEN + if want == 4 { 20 } else { 40 }
+            );
+            assert_eq!(skb.send().ok(), Some(tx::XmitStatus::Sent));
+            for _ in 0..100 {
+                if LOOP_RESULT.load(Ordering::Acquire) != 0 {
+                    break;
+                }
+                fsleep(Delta::from_millis(10));
+            }
+            assert_eq!(LOOP_RESULT.load(Ordering::Acquire), want);
+        }
+        drop(restore);
+        drop(tun);
+        assert_eq!(udp_tunnel::open_count(), before);
+        pr_info!("send_and_receive_on_lo: IPv4 and IPv6 packets went round\n");
+    }
+
+    /// The namespace's exit releases its sockets while a `TunnelRef` still exists: the ref then
+    /// reports dead, building fails with ENETDOWN, and dropping it does nothing more.
+    #[test]
+    fn netns_exit_with_live_ref() {
+        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
+            return;
+        };
+        let before = udp_tunnel::open_count();
+        let Ok(tun) = udp_tunnel::acquire(&lo) else {
+            return;
+        };
+        assert!(tun.is_live());
+        udp_tunnel::release_netns_of(&lo);
+        assert!(!tun.is_live());
+        assert_eq!(udp_tunnel::open_count(), before);
+        let p = tx::TxParams {
+            ndev: &lo,
+            src_gid: roce::gid_from_ipv4([127, 0, 0, 1]),
+            dst_gid: roce::gid_from_ipv4([127, 0, 0, 1]),
+            src_port: 0xc000,
+            tclass: 0,
+            ttl: 64,
+            flow_label: 0,
+        };
+        assert!(tx::build(&tun, &p, TRANSPORT, fill_transport).is_err());
+        drop(tun);
+        assert_eq!(udp_tunnel::open_count(), before);
+        // The port is free again: a new acquire opens a new socket.
+        let again = udp_tunnel::acquire(&lo);
+        assert!(again.is_ok());
+        drop(again);
+        assert_eq!(udp_tunnel::open_count(), before);
+    }
+}

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Owned socket buffers (`struct sk_buff`) and irq-safe queues of them (`struct sk_buff_head`).
+
+use super::netdev::NetDev;
+use super::roce::{self, RoceRx};
+use crate::bindings as b;
+use core::ptr::NonNull;
+use kernel::{prelude::*, types::Opaque};
+
+/// An owned socket buffer; freed on drop (`kfree_skb`, counted as a drop) unless it is
+/// consumed ([`Skb::consume`]) or handed on (sent, queued).
+///
+/// # Invariants
+///
+/// The pointer is to a live `struct sk_buff` that this value exclusively owns.
+pub struct Skb(NonNull<b::sk_buff>);
+
+// SAFETY: an owned skb may be handed to and freed on any CPU.
+unsafe impl Send for Skb {}
+
+impl Skb {
+    /// Takes ownership of a raw skb; `None` for a null pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be null or a live skb whose ownership passes to the result.
+    pub unsafe fn from_raw(ptr: *mut b::sk_buff) -> Option<Skb> {
+        // INVARIANT: the caller transfers ownership of a live skb.
+        NonNull::new(ptr).map(Skb)
+    }
+
+    /// Gives up ownership, returning the raw pointer (for a C call that consumes the skb).
+    pub fn into_raw(self) -> *mut b::sk_buff {
+        let p = self.0.as_ptr();
+        core::mem::forget(self);
+        p
+    }
+
+    /// The raw pointer, for calls into C that do not take ownership.
+    pub fn as_raw(&self) -> *mut b::sk_buff {
+        self.0.as_ptr()
+    }
+
+    /// Allocates an empty skb of `size` bytes of buffer (`GFP_ATOMIC`, callable in any context).
+    pub fn alloc(size: usize) -> Result<Skb> {
+        let size = u32::try_from(size).map_err(|_| EINVAL)?;
+        // SAFETY: `alloc_skb` may be called in any context with GFP_ATOMIC.
+        let p = unsafe { b::rvr_alloc_skb(size) };
+        // SAFETY: a non-null result is a fresh skb that we own.
+        unsafe { Skb::from_raw(p) }.ok_or(ENOMEM)
+    }
+
+    /// A new skb holding a copy of `pkt`, an IP packet, with the network header at its start (as
+    /// a looped-back packet, or a test, hands it to [`Skb::parse_roce`]).
+    pub fn from_ip_packet(pkt: &[u8]) -> Result<Skb> {
+        let mut skb = Skb::alloc(pkt.len())?;
+        skb.put(pkt.len())?.copy_from_slice(pkt);
+        skb.reset_network_header();
+        Ok(skb)
+    }
+
+    /// Frees the skb as successfully processed (`consume_skb`, not counted as a drop).
+    pub fn consume(self) {
+        // SAFETY: we own the skb (type invariant) and give it up here.
+        unsafe { b::consume_skb(self.into_raw()) };
+    }
+
+    /// The number of bytes from `skb->data` to the end of the packet (`skb->len`).
+    pub fn len(&self) -> usize {
+        // SAFETY: the skb is live (type invariant).
+        unsafe { b::rvr_skb_len(self.as_raw()) as usize }
+    }
+
+    /// Whether the skb holds no bytes after `skb->data`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Makes the whole packet linear (`skb_linearize`); may allocate (atomically).
+    pub fn linearize(&mut self) -> Result {
+        // SAFETY: we own the skb exclusively (`&mut self`).
+        kernel::error::to_result(unsafe { b::rvr_skb_linearize(self.as_raw()) })
+    }
+
+    /// The linear bytes from `skb->data` (`skb_headlen`; the whole packet after
+    /// [`Skb::linearize`]).
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: the skb is live; `data .. data + headlen` is its linear area, which does not
+        // change while we borrow the skb (every mutation takes `&mut self`).
+        unsafe {
+            let p = b::rvr_skb_data(self.as_raw());
+            core::slice::from_raw_parts(p, b::rvr_skb_headlen(self.as_raw()) as usize)
+        }
+    }
+
+    /// The linear bytes from `skb->data`, writable.
+    pub(crate) fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`, and `&mut self` makes the access exclusive; a skb we allocated
+        // is not shared (not cloned), so writing its data is allowed.
+        unsafe {
+            let p = b::rvr_skb_data(self.as_raw());
+            core::slice::from_raw_parts_mut(p, b::rvr_skb_headlen(self.as_raw()) as usize)
+        }
+    }
+
+    /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
+    pub fn came_from(&self, ndev: &NetDev) -> bool {
+        // SAFETY: the skb is live (type invariant).
+        unsafe { b::rvr_skb_dev(self.as_raw()) == ndev.as_raw() }
+    }
+
+    /// Free bytes after the tail of a linear skb (`skb_tailroom`; 0 when non-linear).
+    fn tailroom(&self) -> usize {
+        // SAFETY: the skb is live (type invariant).
+        let room = unsafe { b::rvr_skb_tailroom(self.as_raw()) };
+        usize::try_from(room).unwrap_or(0)
+    }
+
+    /// Appends `len` bytes at the tail and returns them (uninitialised contents are zeroed).
+    /// `EMSGSIZE` if the tailroom is too small.
+    pub(crate) fn put(&mut self, len: usize) -> Result<&mut [u8]> {
+        let n = u32::try_from(len).map_err(|_| EMSGSIZE)?;
+        if self.tailroom() < len {
+            return Err(EMSGSIZE);
+        }
+        // SAFETY: we checked the tailroom, so `skb_put` does not panic; it returns `len` bytes.
+        let p = unsafe { b::skb_put(self.as_raw(), n) }.cast::<u8>();
+        // SAFETY: `p .. p + len` lies in the skb's buffer and is exclusively ours.
+        let s = unsafe { core::slice::from_raw_parts_mut(p, len) };
+        s.fill(0);
+        Ok(s)
+    }
+
+    /// Reserves `len` bytes of headroom in an empty skb (`skb_reserve`).
+    pub(crate) fn reserve(&mut self, len: usize) -> Result {
+        let n = c_int::try_from(len).map_err(|_| EMSGSIZE)?;
+        if !self.is_empty() || self.tailroom() < len {
+            return Err(EMSGSIZE);
+        }
+        // SAFETY: the skb is empty and has room for `len` bytes of headroom.
+        unsafe { b::rvr_skb_reserve(self.as_raw(), n) };
+        Ok(())
+    }
+
+    /// Prepends `len` bytes and returns them (`skb_push`). `EMSGSIZE` if the headroom is too
+    /// small.
+    pub(crate) fn push(&mut self, len: usize) -> Result<&mut [u8]> {
+        let n = u32::try_from(len).map_err(|_| EMSGSIZE)?;
+        // SAFETY: the skb is live.
+        if unsafe { b::rvr_skb_headroom(self.as_raw()) } < n {
+            return Err(EMSGSIZE);
+        }
+        // SAFETY: the headroom was checked, so `skb_push` does not panic.
+        let p = unsafe { b::skb_push(self.as_raw(), n) }.cast::<u8>();
+        // SAFETY: `p .. p + len` is the new start of the linear data, exclusively ours.
+        Ok(unsafe { core::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// Removes `len` bytes from the start (`skb_pull`); `EINVAL` if the linear part is shorter.
+    pub(crate) fn pull(&mut self, len: usize) -> Result {
+        if len > self.data().len() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `len` bytes are in the linear area (checked), so `skb_pull` succeeds.
+        unsafe { b::skb_pull(self.as_raw(), len as u32) };
+        Ok(())
+    }
+
+    /// Marks the current `skb->data` as the network header.
+    pub(crate) fn reset_network_header(&mut self) {
+        // SAFETY: the skb is live and exclusively ours.
+        unsafe { b::rvr_skb_reset_network_header(self.as_raw()) };
+    }
+
+    /// Marks the current `skb->data` as the transport header.
+    pub(crate) fn reset_transport_header(&mut self) {
+        // SAFETY: the skb is live and exclusively ours.
+        unsafe { b::rvr_skb_reset_transport_header(self.as_raw()) };
+    }
+
+    /// Moves `skb->data` back to the network header if it is past it (the UDP layer hands
+    /// `encap_rcv` the skb with `data` at the UDP header). `EINVAL` if the network header lies
+    /// after `data`.
+    fn push_to_network_header(&mut self) -> Result {
+        // SAFETY: the skb is live; both pointers are into its head buffer.
+        let (nh, data) = unsafe {
+            (
+                b::rvr_skb_network_header(self.as_raw()) as usize,
+                b::rvr_skb_data(self.as_raw()) as usize,
+            )
+        };
+        let back = data.checked_sub(nh).ok_or(EINVAL)?;
+        if back > 0 {
+            self.push(back)?;
+        }
+        Ok(())
+    }
+
+    /// Parses a received RoCEv2 packet: linearizes, moves `skb->data` back to the network header
+    /// (as set by the IP layer, or by [`Skb::from_ip_packet`]), checks the IPv4 (IHL 5) or IPv6
+    /// and UDP headers and lengths, and verifies the ICRC. `Err` for a malformed packet or a bad
+    /// ICRC (the caller counts and drops it).
+    pub fn parse_roce(&mut self) -> Result<RoceRx<'_>> {
+        self.linearize()?;
+        self.push_to_network_header()?;
+        roce::parse_ip_packet(self.data())
+    }
+}
+
+impl Drop for Skb {
+    fn drop(&mut self) {
+        // SAFETY: we own the skb (type invariant); it is freed exactly once here.
+        unsafe { b::rvr_kfree_skb(self.0.as_ptr()) };
+    }
+}
+
+/// An irq-safe FIFO of skbs (`struct sk_buff_head` with its internal spinlock); purged on drop.
+///
+/// # Invariants
+///
+/// `q` was initialised by `skb_queue_head_init` and holds only skbs owned by the queue.
+#[pin_data(PinnedDrop)]
+pub struct SkbQueue {
+    #[pin]
+    q: Opaque<b::sk_buff_head>,
+}
+
+// SAFETY: the queue owns its skbs, which may be freed on any CPU.
+unsafe impl Send for SkbQueue {}
+// SAFETY: every `&self` method goes through the queue's irq-safe internal lock.
+unsafe impl Sync for SkbQueue {}
+
+impl SkbQueue {
+    /// An empty queue.
+    pub fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            q <- Opaque::ffi_init(|slot: *mut b::sk_buff_head| {
+                // INVARIANT: initialised here, before any use.
+                // SAFETY: `slot` is valid for writes and pinned.
+                unsafe { b::rvr_skb_queue_head_init(slot) }
+            }),
+        })
+    }
+
+    /// Appends an skb (`skb_queue_tail`); callable in any context.
+    pub fn push(&self, skb: Skb) {
+        // SAFETY: the queue is initialised (type invariant); ownership of `skb` passes to it.
+        unsafe { b::skb_queue_tail(self.q.get(), skb.into_raw()) };
+    }
+
+    /// Removes the oldest skb (`skb_dequeue`); callable in any context.
+    pub fn pop(&self) -> Option<Skb> {
+        // SAFETY: the queue is initialised; a dequeued skb is owned by the caller.
+        unsafe { Skb::from_raw(b::skb_dequeue(self.q.get())) }
+    }
+
+    /// The number of queued skbs (a snapshot, read without the lock).
+    pub fn len(&self) -> usize {
+        // SAFETY: the queue is initialised; the lockless read is a `READ_ONCE`.
+        unsafe { b::rvr_skb_queue_len(self.q.get()) as usize }
+    }
+
+    /// Whether the queue is empty (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for SkbQueue {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: the queue is initialised and owns its skbs; purging frees each once.
+        unsafe { b::rvr_skb_queue_purge(self.q.get()) };
+    }
+}

@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Building and sending RoCEv2 packets: route lookup, the IP/UDP encapsulation (rxe's
+//! `prepare_udp_hdr` / `prepare_ipv4_hdr` / `prepare_ipv6_hdr` sequence), the ICRC, and
+//! `ip_local_out` / `ip6_local_out`.
+//!
+//! Contexts: [`build`] and [`build_routed`] only allocate with `GFP_ATOMIC` and never sleep, so
+//! they may run under an irqsave spinlock; but the IPv6 route lookup enables BH
+//! (`ip6_pol_route` -> `local_bh_enable`), so [`Route::lookup`] for IPv6 must run with IRQs
+//! enabled (do it before taking the lock and keep the [`Route`]). [`Skb::send`] must run with
+//! IRQs and BH enabled.
+
+use super::netdev::NetDev;
+use super::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
+use super::skb::Skb;
+use super::udp_tunnel::TunnelRef;
+use crate::bindings as b;
+use crate::rvcore::icrc::{self, IpHeader};
+use core::ptr::NonNull;
+use kernel::prelude::*;
+
+/// The addressing of one RoCEv2 packet.
+pub struct TxParams<'a> {
+    /// The egress net device (the port's netdev).
+    pub ndev: &'a NetDev,
+    /// Source GID (an IPv4-mapped GID `::ffff:a.b.c.d` for IPv4).
+    pub src_gid: [u8; 16],
+    /// Destination GID (IPv4-mapped for IPv4).
+    pub dst_gid: [u8; 16],
+    /// UDP source port.
+    pub src_port: u16,
+    /// IPv4 TOS / IPv6 traffic class.
+    pub tclass: u8,
+    /// IPv4 TTL / IPv6 hop limit.
+    pub ttl: u8,
+    /// IPv6 flow label (20 bits; ignored for IPv4).
+    pub flow_label: u32,
+}
+
+impl TxParams<'_> {
+    /// The IPv4 source and destination when both GIDs are IPv4-mapped (else the path is IPv6).
+    pub fn ipv4(&self) -> Option<([u8; 4], [u8; 4])> {
+        Some((
+            roce::ipv4_from_gid(&self.src_gid)?,
+            roce::ipv4_from_gid(&self.dst_gid)?,
+        ))
+    }
+
+    fn net(&self) -> *mut b::net {
+        // SAFETY: the device is live (`&NetDev`), and so is its namespace.
+        unsafe { b::rvr_dev_net(self.ndev.as_raw()) }
+    }
+
+    fn ifindex(&self) -> c_int {
+        // SAFETY: the device is live.
+        unsafe { b::rvr_netdev_ifindex(self.ndev.as_raw()) }
+    }
+}
+
+/// A route (a counted `struct dst_entry`) for one source/destination pair, cacheable per path:
+/// check it with [`Route::is_valid`] before reuse.
+///
+/// # Invariants
+///
+/// `dst` carries one reference, dropped on drop.
+pub struct Route {
+    dst: NonNull<b::dst_entry>,
+    ipv4: bool,
+    cookie: u32,
+}
+
+// SAFETY: dst references may be used and released on any CPU.
+unsafe impl Send for Route {}
+// SAFETY: `&Route` methods only read the dst (`dst_check`, `dst_clone`), which is thread-safe.
+unsafe impl Sync for Route {}
+
+impl Route {
+    /// Looks up the route for `p` (egress restricted to `p.ndev`, protocol UDP). IPv4 may run in
+    /// any context (atomic allowed); IPv6 must run with IRQs enabled (see the module doc).
+    /// `EHOSTUNREACH` when there is no route (or the source address is not local).
+    pub fn lookup(tun: &TunnelRef, p: &TxParams<'_>) -> Result<Route> {
+        let net = p.net();
+        if let Some((src, dst)) = p.ipv4() {
+            let mut fl = b::flowi4::default();
+            fl.__fl_common.flowic_oif = p.ifindex();
+            fl.__fl_common.flowic_proto = roce::IPPROTO_UDP;
+            // `__be32` holds the address bytes in memory order.
+            fl.saddr = u32::from_ne_bytes(src);
+            fl.daddr = u32::from_ne_bytes(dst);
+            // SAFETY: `net` is live and `fl` valid for the call; the lookup does not sleep.
+            let rt = unsafe { b::rvr_ip_route_output_key(net, &mut fl) };
+            let rt = kernel::error::from_err_ptr(rt).map_err(|_| super::errno(b::EHOSTUNREACH))?;
+            // SAFETY: `rt` is a valid route with one reference; `&rt->dst` is its dst_entry.
+            let dst = unsafe { b::rvr_rtable_dst(rt) };
+            // INVARIANT: the lookup returned one reference.
+            let dst = NonNull::new(dst).ok_or(EINVAL)?;
+            Ok(Route {
+                dst,
+                ipv4: true,
+                cookie: 0,
+            })
+        } else {
+            let mut fl6 = b::flowi6::default();
+            fl6.__fl_common.flowic_oif = p.ifindex();
+            fl6.__fl_common.flowic_proto = roce::IPPROTO_UDP;
+            fl6.saddr.in6_u.u6_addr8 = p.src_gid;
+            fl6.daddr.in6_u.u6_addr8 = p.dst_gid;
+            fl6.flowlabel = ((u32::from(p.tclass) << 20) | (p.flow_label & 0xf_ffff)).to_be();
+            let sk6 = tun.sk6();
+            // SAFETY: `net` is live, `fl6` valid for the call, `sk6` is null or the live IPv6
+            // socket of the namespace (kept by `tun`); the caller has IRQs enabled (documented).
+            let dst = unsafe { b::ip6_dst_lookup_flow(net, sk6, &mut fl6, core::ptr::null()) };
+            let dst =
+                kernel::error::from_err_ptr(dst).map_err(|_| super::errno(b::EHOSTUNREACH))?;
+            // INVARIANT: the lookup returned one reference.
+            let mut route = Route {
+                dst: NonNull::new(dst).ok_or(EINVAL)?,
+                ipv4: false,
+                cookie: 0,
+            };
+            // SAFETY: `dst` is a live IPv6 route (an `rt6_info`).
+            if unsafe { b::rvr_dst_error(dst) } != 0 {
+                return Err(super::errno(b::EHOSTUNREACH));
+            }
+            // SAFETY: as above.
+            route.cookie = unsafe { b::rvr_rt6_get_cookie(dst) };
+            Ok(route)
+        }
+    }
+
+    /// Whether the route may still be used (`dst_check`); else look it up again.
+    pub fn is_valid(&self) -> bool {
+        // SAFETY: we hold a reference on the dst (type invariant); `dst_check` does not take or
+        // drop references.
+        !unsafe { b::rvr_dst_check(self.dst.as_ptr(), self.cookie) }.is_null()
+    }
+
+    /// Whether this is an IPv4 route.
+    pub fn is_ipv4(&self) -> bool {
+        self.ipv4
+    }
+
+    /// A new reference to the dst, for `skb_dst_set`.
+    fn clone_dst(&self) -> *mut b::dst_entry {
+        // SAFETY: we hold a reference, so taking another is allowed.
+        unsafe { b::rvr_dst_clone(self.dst.as_ptr()) }
+    }
+}
+
+impl Clone for Route {
+    fn clone(&self) -> Route {
+        // INVARIANT: `clone_dst` took a new reference for the copy.
+        Route {
+            dst: NonNull::new(self.clone_dst()).unwrap_or(self.dst),
+            ipv4: self.ipv4,
+            cookie: self.cookie,
+        }
+    }
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant we hold one reference, dropped once here.
+        unsafe { b::dst_release(self.dst.as_ptr()) };
+    }
+}
+
+/// Builds a RoCEv2 packet with a fresh route lookup: [`Route::lookup`] then [`build_routed`].
+/// Never sleeps; IPv4 may run with IRQs disabled. For IPv6 with IRQs disabled it fails with
+/// `EAGAIN` (look the route up beforehand and use [`build_routed`]).
+pub fn build(
+    tun: &TunnelRef,
+    p: &TxParams<'_>,
+    transport_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result,
+) -> Result<Skb> {
+    // SAFETY: reading the IRQ state has no preconditions.
+    if p.ipv4().is_none() && unsafe { b::rvr_irqs_disabled() } {
+        return Err(EAGAIN);
+    }
+    let route = Route::lookup(tun, p)?;
+    build_routed(tun, &route, p, transport_len, fill)
+}
+
+/// Builds a RoCEv2 packet along `route`: `transport_len` bytes written by `fill` (BTH, extension
+/// headers, payload and pad), then the ICRC, UDP (port 4791 from `p.src_port`, checksum 0) and
+/// IP headers, `skb->dev`/`protocol`, the dst and the owner socket. `GFP_ATOMIC` only, never
+/// sleeps: callable with IRQs disabled and spinlocks held. Send the result with [`Skb::send`]
+/// after dropping the locks. `ENETDOWN` when the namespace's sockets are gone, `EINVAL` when the
+/// route's family does not match the GIDs, `EMSGSIZE` for more than an IP datagram holds.
+pub fn build_routed(
+    tun: &TunnelRef,
+    route: &Route,
+    p: &TxParams<'_>,
+    transport_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result,
+) -> Result<Skb> {
+    if !tun.is_live() {
+        return Err(super::errno(b::ENETDOWN));
+    }
+    let v4 = p.ipv4();
+    if v4.is_some() != route.ipv4 {
+        return Err(EINVAL);
+    }
+    let ip_hlen = if route.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
+    let udp_len = UDP_HLEN + transport_len + ICRC_LEN;
+    let udp_len16 = u16::try_from(udp_len).map_err(|_| EMSGSIZE)?;
+    // IPv4's total length, IPv6's payload length.
+    let ip_len16 = if route.ipv4 {
+        u16::try_from(IPV4_HLEN + udp_len).map_err(|_| EMSGSIZE)?
+    } else {
+        udp_len16
+    };
+    // SAFETY: the device is live.
+    let ll = unsafe { b::rvr_ll_reserved_space(p.ndev.as_raw()) } as usize;
+
+    let mut skb = Skb::alloc(ll + ip_hlen + udp_len)?;
+    skb.reserve(ll + ip_hlen + UDP_HLEN)?;
+    fill(&mut skb.put(transport_len + ICRC_LEN)?[..transport_len])?;
+    let proto = if route.ipv4 {
+        b::ETH_P_IP
+    } else {
+        b::ETH_P_IPV6
+    } as u16;
+    // SAFETY: the skb is ours; the device is live (the dst set below keeps its own reference).
+    unsafe { b::rvr_skb_set_dev_proto(skb.as_raw(), p.ndev.as_raw(), proto.to_be()) };
+
+    // UDP (rxe prepare_udp_hdr).
+    let udp: &mut [u8; UDP_HLEN] = skb.push(UDP_HLEN)?.try_into().map_err(|_| EINVAL)?;
+    roce::write_udp(udp, p.src_port, udp_len16);
+    skb.reset_transport_header();
+
+    // IP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr).
+    // SAFETY: the skb is ours and not shared; `clone_dst` gives the reference `skb_dst_set`
+    // consumes.
+    unsafe {
+        let s = skb.as_raw();
+        b::skb_scrub_packet(s, false);
+        b::rvr_skb_clear_hash(s);
+        b::rvr_skb_dst_set(s, route.clone_dst());
+        b::rvr_skb_clear_ipcb(s);
+    }
+    let ip = skb.push(ip_hlen)?;
+    match v4 {
+        Some((src, dst)) => {
+            let h: &mut [u8; IPV4_HLEN] = ip.try_into().map_err(|_| EINVAL)?;
+            roce::write_ipv4(h, ip_len16, p.tclass, p.ttl, src, dst);
+            // SAFETY: `h` is the IPv4 header of the skb; the namespace is live (device).
+            unsafe { b::__ip_select_ident(p.net(), h.as_mut_ptr().cast(), 1) };
+        }
+        None => {
+            let h: &mut [u8; IPV6_HLEN] = ip.try_into().map_err(|_| EINVAL)?;
+            roce::write_ipv6(
+                h,
+                ip_len16,
+                p.tclass,
+                p.flow_label,
+                p.ttl,
+                &p.src_gid,
+                &p.dst_gid,
+            );
+        }
+    }
+    skb.reset_network_header();
+
+    // ICRC over the finished headers (the IPv4 identification is covered).
+    let data = skb.data_mut();
+    let (hdrs, rest) = data.split_at_mut(ip_hlen + UDP_HLEN);
+    let (ip, udp) = hdrs.split_at(ip_hlen);
+    let udp: &[u8; UDP_HLEN] = udp.try_into().map_err(|_| EINVAL)?;
+    let split = rest.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
+    let (transport, trailer) = rest.split_at_mut(split);
+    let crc = if route.ipv4 {
+        roce::compute_icrc(
+            IpHeader::V4(ip.try_into().map_err(|_| EINVAL)?),
+            udp,
+            transport,
+        )
+    } else {
+        roce::compute_icrc(
+            IpHeader::V6(ip.try_into().map_err(|_| EINVAL)?),
+            udp,
+            transport,
+        )
+    };
+    trailer.copy_from_slice(&icrc::to_wire(crc.ok_or(EINVAL)?));
+
+    // SAFETY: the skb is ours with no owner yet; the socket is live while `tun` is (it holds a
+    // reference), and `skb_set_owner_w` takes its own (write memory) reference.
+    unsafe { b::skb_set_owner_w(skb.as_raw(), tun.owner_sk(route.ipv4)) };
+    Ok(skb)
+}
+
+/// What the IP layer did with a sent packet (`NET_XMIT_*`); loss is for the transport to recover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XmitStatus {
+    /// Queued for transmission (`NET_XMIT_SUCCESS`).
+    Sent,
+    /// Dropped (`NET_XMIT_DROP`).
+    Dropped,
+    /// Queued, but congestion was signalled (`NET_XMIT_CN`).
+    Congested,
+}
+
+impl Skb {
+    /// Sends a packet made by [`build`] / [`build_routed`] (`ip_local_out` / `ip6_local_out`).
+    /// Must be called with IRQs and BH enabled (never under an irqsave lock). Consumes the skb in
+    /// every case; a negative errno from the IP layer is `Err`.
+    pub fn send(self) -> Result<XmitStatus> {
+        let s = self.as_raw();
+        // SAFETY: the skb is live.
+        let (dev, sk, proto) = unsafe {
+            (
+                b::rvr_skb_dev(s),
+                b::rvr_skb_sk(s),
+                u16::from_be(b::rvr_skb_protocol(s)),
+            )
+        };
+        if dev.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: the skb's device is live while its dst (set by `build_routed`) holds it.
+        let net = unsafe { b::rvr_dev_net(dev) };
+        let ret = if u32::from(proto) == b::ETH_P_IP {
+            // SAFETY: `self` is a built IPv4 packet; ownership passes to the IP layer.
+            unsafe { b::ip_local_out(net, sk, self.into_raw()) }
+        } else if u32::from(proto) == b::ETH_P_IPV6 {
+            // SAFETY: `self` is a built IPv6 packet; ownership passes to the IP layer.
+            unsafe { b::ip6_local_out(net, sk, self.into_raw()) }
+        } else {
+            return Err(EINVAL);
+        };
+        match ret {
+            0 => Ok(XmitStatus::Sent),
+            1 => Ok(XmitStatus::Dropped),
+            2 => Ok(XmitStatus::Congested),
+            e if e < 0 => Err(Error::from_errno(e)),
+            _ => Ok(XmitStatus::Dropped),
+        }
+    }
+}
