@@ -14,7 +14,7 @@ use super::cq::CqShared;
 use super::datapath::DevShared;
 use super::device::RvrDevice;
 use super::memory::QpMemory;
-use super::transport::{self, QpOut, TX_BATCH};
+use super::transport::{self, QpOut, RouteCache, TX_BATCH};
 use super::user_wqe::{self, WqeError};
 use crate::bindings as b;
 use crate::ib::{
@@ -109,6 +109,8 @@ pub(crate) struct QpInner {
     last_counters: QpCounters,
     /// Destination MACs of the primary and alternate paths (for Query QP).
     dmac: [[u8; 6]; 2],
+    /// Routes of the paths in use.
+    routes: RouteCache,
     /// Set by destroy: nothing runs any more.
     dead: bool,
 }
@@ -218,30 +220,55 @@ impl QpShared {
                 return;
             }
         };
-        let (pending, more) = {
+        let (pending, (more, need_route)) = {
             let mut g = self.inner.lock();
             if g.dead {
                 return;
             }
             let now = now_ns();
             let inner = &mut *g;
-            let more = self.locked(inner, now, entry, &mut tx);
-            (inner.pending.take(), more)
+            let r = self.locked(inner, now, entry, &mut tx);
+            (inner.pending.take(), r)
         };
         self.deliver(tx, pending);
-        if more {
+        if need_route {
+            self.refresh_routes();
+        }
+        if more || need_route {
             let _ = workqueue::queue().enqueue(self.clone());
         }
     }
 
-    /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains.
+    /// Looks up the routes of the primary and alternate paths that have none (process context,
+    /// no lock held).
+    fn refresh_routes(&self) {
+        let (paths, missing) = {
+            let g = self.inner.lock();
+            let a = g.core.query();
+            let paths = [a.path, a.alt_path];
+            let missing = paths.map(|p| !transport::has_route(&g.routes, &p));
+            (paths, missing)
+        };
+        let found = transport::lookup_routes(self, |p| {
+            paths
+                .iter()
+                .zip(missing.iter())
+                .any(|(q, m)| q == p && !*m)
+        }, &paths);
+        if !found.is_empty() {
+            transport::install_routes(&mut self.inner.lock().routes, found);
+        }
+    }
+
+    /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains and
+    /// whether a route must be looked up outside the lock.
     fn locked(
         self: &Arc<Self>,
         inner: &mut QpInner,
         now: u64,
         entry: Entry<'_>,
         tx: &mut KVec<Skb>,
-    ) -> bool {
+    ) -> (bool, bool) {
         let QpInner {
             core,
             sq,
@@ -251,6 +278,7 @@ impl QpShared {
             sq_pulled,
             deadlines,
             pending,
+            routes,
             ..
         } = inner;
         // Timers that expired (the work item runs them).
@@ -268,7 +296,14 @@ impl QpShared {
         }
         // WQEs user space posted since the last look: receives first (a packet may need one).
         {
-            let mut out = QpOut::new(self, Some(&mut *tx), &mut *deadlines, &mut *pending, &[]);
+            let mut out = QpOut::new(
+                self,
+                Some(&mut *tx),
+                &mut *deadlines,
+                &mut *pending,
+                &[],
+                Some(&mut *routes),
+            );
             if let Some(rq) = rq.as_mut() {
                 pull_recv(core, rq, elem, self.max_recv_sge, &mut out);
             }
@@ -277,7 +312,14 @@ impl QpShared {
             }
         }
         let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &inline[..]);
-        let mut out = QpOut::new(self, Some(&mut *tx), &mut *deadlines, &mut *pending, &inline[..]);
+        let mut out = QpOut::new(
+            self,
+            Some(&mut *tx),
+            &mut *deadlines,
+            &mut *pending,
+            &inline[..],
+            Some(&mut *routes),
+        );
         if expired[0] {
             core.timer_expired(now, Timer::Retransmit, &mut out);
         }
@@ -292,6 +334,7 @@ impl QpShared {
             Entry::Work | Entry::Doorbell => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
+        let need_route = out.need_route;
         drop(out);
         drop(mem);
         // Poll the user rings while the peer may be stalled for credits or the QP must
@@ -303,7 +346,7 @@ impl QpShared {
         let now_c = inner.core.counters();
         self.dev.counters.fold(&now_c, &mut inner.last_counters);
         self.rearm(inner, now);
-        sent >= WORK_BUDGET
+        (sent >= WORK_BUDGET, need_route)
     }
 
     /// Whether the user rings need polling (see [`RING_POLL_NS`]).
@@ -371,7 +414,7 @@ impl QpShared {
         {
             let mut g = self.inner.lock();
             let inner = &mut *g;
-            let mut out = QpOut::new(self, None, &mut inner.deadlines, &mut inner.pending, &[]);
+            let mut out = QpOut::new(self, None, &mut inner.deadlines, &mut inner.pending, &[], None);
             while let Some(mut wr) = wrs.next_wr()? {
                 if self.sig_all {
                     wr.flags.0 |= SendFlags::SIGNALED;
@@ -392,7 +435,7 @@ impl QpShared {
         {
             let mut g = self.inner.lock();
             let inner = &mut *g;
-            let mut out = QpOut::new(self, None, &mut inner.deadlines, &mut inner.pending, &[]);
+            let mut out = QpOut::new(self, None, &mut inner.deadlines, &mut inner.pending, &[], None);
             while let Some(wr) = wrs.next_wr()? {
                 if let Err(e) = inner.core.post_recv(&wr, &mut out) {
                     res = Err(post_errno(e));
@@ -616,6 +659,7 @@ impl QpVerbs for RvrDevice {
                 pending: Pending::default(),
                 last_counters: QpCounters::default(),
                 dmac: [[0; 6]; 2],
+                routes: [None, None],
                 dead: false,
             };
             Arc::pin_init(
@@ -684,6 +728,9 @@ impl QpVerbs for RvrDevice {
         let _ = dev;
         let mut res = Ok(());
         qp.drive(Entry::Modify(&a, mask, &mut res));
+        if res.is_ok() && m.mask & (b::ib_qp_attr_mask_IB_QP_AV | b::ib_qp_attr_mask_IB_QP_ALT_PATH) != 0 {
+            qp.refresh_routes();
+        }
         res
     }
 

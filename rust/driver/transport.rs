@@ -9,7 +9,8 @@ use super::memory::QpMemory;
 use super::datapath::DevShared;
 use super::qp::{Pending, QpShared};
 use crate::net::skb::Skb;
-use crate::net::tx::{self, TxParams};
+use crate::net::tx::{self, Route, TxParams};
+use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
@@ -50,6 +51,89 @@ pub fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     (low | 0xC000) as u16
 }
 
+/// A route kept for one path (source, destination, port).
+pub struct CachedRoute {
+    port: u8,
+    sgid: [u8; 16],
+    dgid: [u8; 16],
+    route: Route,
+}
+
+/// The routes of a QP's primary and alternate paths.
+pub type RouteCache = [Option<CachedRoute>; 2];
+
+/// The transmit parameters of a path.
+fn tx_params<'a>(qp: &'a QpShared, path: &PathInfo, dest_qp: u32) -> Option<TxParams<'a>> {
+    Some(TxParams {
+        ndev: qp.dev.port_netdev(path.port_num)?,
+        src_gid: path.sgid,
+        dst_gid: path.dgid,
+        src_port: udp_sport(path.flow_label, qp.qpn, dest_qp),
+        tclass: path.traffic_class,
+        ttl: if path.hop_limit == 0 { 64 } else { path.hop_limit },
+        flow_label: path.flow_label,
+    })
+}
+
+fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
+    usize::from(port).checked_sub(1).and_then(|i| qp.tunnels.get(i))
+}
+
+/// The cached route of `path`, if valid.
+fn cached<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c Route> {
+    cache
+        .iter()
+        .flatten()
+        .find(|c| c.port == path.port_num && c.sgid == path.sgid && c.dgid == path.dgid)
+        .map(|c| &c.route)
+        .filter(|r| r.is_valid())
+}
+
+fn store(cache: &mut RouteCache, path: &PathInfo, route: Route) {
+    let i = cache
+        .iter()
+        .position(|c| c.as_ref().is_some_and(|c| c.port == path.port_num))
+        .or_else(|| cache.iter().position(|c| c.is_none()))
+        .unwrap_or(0);
+    cache[i] = Some(CachedRoute {
+        port: path.port_num,
+        sgid: path.sgid,
+        dgid: path.dgid,
+        route,
+    });
+}
+
+/// Looks up the routes of `paths` that have none cached (process context, no lock held:
+/// IPv6 lookups need IRQs enabled). Returns them for [`install_routes`].
+pub fn lookup_routes(
+    qp: &QpShared,
+    cache_has: impl Fn(&PathInfo) -> bool,
+    paths: &[PathInfo],
+) -> KVec<(PathInfo, Route)> {
+    let mut found = KVec::new();
+    for p in paths.iter().filter(|p| p.port_num != 0 && !cache_has(p)) {
+        let (Some(params), Some(tun)) = (tx_params(qp, p, 0), tunnel(qp, p.port_num)) else {
+            continue;
+        };
+        if let Ok(r) = Route::lookup(tun, &params) {
+            let _ = found.push((*p, r), GFP_KERNEL);
+        }
+    }
+    found
+}
+
+/// Whether `cache` holds a valid route for `path`.
+pub fn has_route(cache: &RouteCache, path: &PathInfo) -> bool {
+    cached(cache, path).is_some()
+}
+
+/// Stores routes found by [`lookup_routes`].
+pub fn install_routes(cache: &mut RouteCache, found: KVec<(PathInfo, Route)>) {
+    for (p, r) in found {
+        store(cache, &p, r);
+    }
+}
+
 /// The [`Outputs`] of one locked section of a QP.
 pub struct QpOut<'a> {
     qp: &'a QpShared,
@@ -60,6 +144,11 @@ pub struct QpOut<'a> {
     pub deadlines: &'a mut [u64; 3],
     pending: &'a mut Pending,
     inline: &'a [u8],
+    /// Routes by path; `None` where the caller cannot transmit.
+    routes: Option<&'a mut RouteCache>,
+    /// Set when a packet was dropped for want of a route only a lookup outside the lock
+    /// (IPv6) can provide.
+    pub need_route: bool,
 }
 
 impl<'a> QpOut<'a> {
@@ -70,6 +159,7 @@ impl<'a> QpOut<'a> {
         deadlines: &'a mut [u64; 3],
         pending: &'a mut Pending,
         inline: &'a [u8],
+        routes: Option<&'a mut RouteCache>,
     ) -> Self {
         Self {
             qp,
@@ -77,6 +167,8 @@ impl<'a> QpOut<'a> {
             deadlines,
             pending,
             inline,
+            routes,
+            need_route: false,
         }
     }
 
@@ -108,14 +200,6 @@ impl Outputs for QpOut<'_> {
         let qp = self.qp;
         let counters = &qp.dev.counters;
         let room = self.tx.as_ref().is_some_and(|t| t.len() < t.capacity());
-        let ndev = qp.dev.port_netdev(path.port_num);
-        let tun = usize::from(path.port_num)
-            .checked_sub(1)
-            .and_then(|i| qp.tunnels.get(i));
-        let (true, Some(ndev), Some(tun)) = (room, ndev, tun) else {
-            Counters::inc(&counters.send_err);
-            return;
-        };
         let plen = match payload {
             PayloadSource::None => 0,
             PayloadSource::Gather { len, .. } | PayloadSource::Remote { len, .. } => len as usize,
@@ -123,17 +207,37 @@ impl Outputs for QpOut<'_> {
         let mut h = *headers;
         h.bth.pad_count = pad_count(plen);
         let len = h.encoded_len() + plen + usize::from(h.bth.pad_count);
-        let params = TxParams {
-            ndev,
-            src_gid: path.sgid,
-            dst_gid: path.dgid,
-            src_port: udp_sport(path.flow_label, qp.qpn, h.bth.dest_qp),
-            tclass: path.traffic_class,
-            ttl: if path.hop_limit == 0 { 64 } else { path.hop_limit },
-            flow_label: path.flow_label,
+        let (true, Some(params), Some(tun), Some(routes)) = (
+            room,
+            tx_params(qp, path, h.bth.dest_qp),
+            tunnel(qp, path.port_num),
+            self.routes.as_deref_mut(),
+        ) else {
+            Counters::inc(&counters.send_err);
+            return;
+        };
+        if cached(routes, path).is_none() {
+            if params.ipv4().is_none() {
+                // IPv6 lookups cannot run with IRQs off: the caller looks it up after the lock;
+                // the transport timer retransmits this packet.
+                self.need_route = true;
+                Counters::inc(&counters.send_err);
+                return;
+            }
+            match Route::lookup(tun, &params) {
+                Ok(r) => store(routes, path, r),
+                Err(_) => {
+                    Counters::inc(&counters.send_err);
+                    return;
+                }
+            }
+        }
+        let Some(route) = cached(routes, path) else {
+            Counters::inc(&counters.send_err);
+            return;
         };
         let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, self.inline);
-        let built = tx::build(tun, &params, len, |buf| {
+        let built = tx::build_routed(tun, route, &params, len, |buf| {
             let n = h.encode(buf).map_err(|_| EINVAL)?;
             let rest = buf.get_mut(n..).ok_or(EINVAL)?;
             let (body, pad) = rest.split_at_mut(plen.min(rest.len()));

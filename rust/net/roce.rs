@@ -36,6 +36,8 @@ pub struct RoceRx<'a> {
     pub ttl: u8,
     /// The UDP payload from the first byte of the BTH up to, not including, the ICRC.
     pub transport: &'a [u8],
+    /// The whole UDP payload: `transport` followed by the (checked) ICRC.
+    pub udp_payload: &'a [u8],
 }
 
 /// The IPv4-mapped GID `::ffff:a.b.c.d` of an IPv4 address.
@@ -196,5 +198,6 @@ pub fn parse_ip_packet(pkt: &[u8]) -> Result<RoceRx<'_>> {
         tclass,
         ttl,
         transport,
+        udp_payload,
     })
 }
