@@ -2,12 +2,13 @@
 
 //! An rvrdma ib device: its attributes and ports.
 
+use super::memory::{MrTable, MAX_MRS};
 use super::registry;
 use crate::bindings as b;
 use crate::ib::device::{Device, IbDriver};
 use crate::net::netdev::{NetDev, NetDevRef};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
 /// The ib driver id user space sees. rdma-core's rxe provider matches devices by this id, so
 /// stock rdma-core drives rvrdma through the rxe user ABI (see README, "Provider matching").
@@ -41,6 +42,8 @@ pub struct RvrDevice {
     ports: KVec<Port>,
     /// The identity of the next PD.
     pub(crate) next_pd_id: AtomicU32,
+    /// The memory regions.
+    pub(crate) mrs: Arc<MrTable>,
 }
 
 impl RvrDevice {
@@ -62,6 +65,7 @@ impl RvrDevice {
         Ok(Self {
             ports,
             next_pd_id: AtomicU32::new(1),
+            mrs: Arc::pin_init(MrTable::new(), GFP_KERNEL)?,
         })
     }
 
@@ -121,7 +125,7 @@ impl IbDriver for RvrDevice {
         a.max_sge_rd = 32;
         a.max_cq = 0x4000;
         a.max_cqe = 0x7fff;
-        a.max_mr = 0x4000;
+        a.max_mr = MAX_MRS as i32;
         a.max_pd = 0x7ff0;
         a.max_qp_rd_atom = 16;
         a.max_res_rd_atom = 0x1_0000;

@@ -4,5 +4,7 @@
 
 pub mod device;
 pub mod link;
+pub mod memory;
+pub mod mr;
 pub mod registry;
 pub mod pd;
