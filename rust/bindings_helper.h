@@ -12,3 +12,4 @@
 #include <linux/crc32.h>
 #include "../c/rvrdma_helpers.h"
 #include "../c/rvrdma_net.h"
+#include "../c/rvrdma_mr.h"

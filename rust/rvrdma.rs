@@ -16,6 +16,7 @@ pub mod errno;
 pub mod ib;
 mod kunit_core;
 mod kunit_loopback;
+mod kunit_mr;
 mod kunit_net;
 pub mod net;
 #[path = "core/src/lib.rs"]

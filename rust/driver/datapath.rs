@@ -47,7 +47,7 @@ pub struct DevShared {
     /// Port net devices (port 1 first), held for the device's life.
     pub ports: KVec<NetDevRef>,
     /// Memory regions.
-    pub mrs: MrTable,
+    pub mrs: Arc<MrTable>,
     /// Counters for `rdma statistic`.
     pub counters: Counters,
     /// QPs by number (`qpn - FIRST_QPN`).
@@ -66,7 +66,7 @@ kernel::impl_has_work! {
 
 impl DevShared {
     /// Creates the datapath state of a device on `ports`.
-    pub fn new(ports: &[&NetDev]) -> Result<Arc<Self>> {
+    pub fn new(ports: &[&NetDev], mrs: Arc<MrTable>) -> Result<Arc<Self>> {
         let mut table = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
         for _ in 0..MAX_QPS {
             table.push(QpSlot::Free, GFP_KERNEL)?;
@@ -78,7 +78,7 @@ impl DevShared {
         Arc::pin_init(
             try_pin_init!(Self {
                 ports: held,
-                mrs: MrTable::new()?,
+                mrs,
                 counters: Counters::default(),
                 qps <- crate::new_irq_spinlock!(table, "rvrdma_qp_table"),
                 rx_queue <- SkbQueue::new(),

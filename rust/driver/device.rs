@@ -3,6 +3,7 @@
 //! An rvrdma ib device: its attributes and ports.
 
 use super::datapath::{self, DevShared};
+use super::memory::{MrTable, MAX_MRS};
 use super::registry;
 use crate::bindings as b;
 use crate::ib::device::{Device, IbDriver};
@@ -44,6 +45,8 @@ pub struct RvrDevice {
     pub(crate) next_pd_id: AtomicU32,
     /// The datapath state shared with QPs, work items and the receive path.
     pub(crate) shared: Arc<DevShared>,
+    /// The memory regions.
+    pub(crate) mrs: Arc<MrTable>,
 }
 
 impl RvrDevice {
@@ -62,10 +65,12 @@ impl RvrDevice {
                 GFP_KERNEL,
             )?;
         }
+        let mrs = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
         Ok(Self {
             ports,
             next_pd_id: AtomicU32::new(1),
-            shared: DevShared::new(netdevs)?,
+            shared: DevShared::new(netdevs, mrs.clone())?,
+            mrs,
         })
     }
 
@@ -125,7 +130,7 @@ impl IbDriver for RvrDevice {
         a.max_sge_rd = super::qp::MAX_SGE as i32;
         a.max_cq = 0x4000;
         a.max_cqe = 0x7fff;
-        a.max_mr = 0x4000;
+        a.max_mr = MAX_MRS as i32;
         a.max_pd = 0x7ff0;
         a.max_qp_rd_atom = 16;
         a.max_res_rd_atom = 0x1_0000;

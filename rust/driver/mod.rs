@@ -4,6 +4,8 @@
 
 pub mod device;
 pub mod link;
+pub mod memory;
+pub mod mr;
 pub mod registry;
 pub mod pd;
 pub mod counters;

@@ -5,7 +5,9 @@
 
 pub mod device;
 pub mod link;
+pub mod mr;
 pub(crate) mod object;
 pub mod pd;
 pub mod udata;
+pub mod umem;
 pub mod verbs;

@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions and the per-device MR table, and the protocol core's [`Memory`] for one QP.
+//!
+//! Keys: `key = index << 8 | byte`, `index` in `1..=MAX_MR_INDEX` (never 0, so key 0 is never an
+//! MR: it names a QP's inline area), `byte` random; lkey == rkey. REG_MR may change only the
+//! byte.
+//!
+//! Locks: the table lock and each MR's info lock are IRQ-safe leaves, so both may be taken under
+//! a QP lock; neither is held while bytes are copied.
+//!
+//! Lifetimes: the table holds an `Arc<RvrMr>`, lookups hand out clones that workers drop before
+//! their work item returns (never keep one longer). `dereg_mr` removes the MR from the table (no
+//! new lookup finds it), drops its own reference, and then drops the umem pin
+//! ([`crate::ib::umem::UmemPin`]), which sleeps until the last `Arc<RvrMr>` is gone (its
+//! `UmemPages` signals a completion when dropped, in any context) and only then unpins. So the
+//! last reference may drop anywhere, with IRQs off too: dropping an `RvrMr` never sleeps.
+
+use crate::bindings as b;
+use crate::ib::{
+    mr::{KernelMemory, PageList},
+    umem::UmemPages,
+};
+use crate::new_irq_spinlock;
+use crate::rvcore::memory::{
+    AtomicOp, MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
+};
+use crate::rvcore::wqe::{RegMrParams, Sge, MAX_SGE};
+use crate::sync::irq_spinlock::IrqSpinLock;
+use kernel::{
+    prelude::*,
+    rbtree::{RBTree, RBTreeNodeReservation},
+    sync::Arc,
+};
+
+/// Largest MR index (23 bits, like rxe's pool).
+pub const MAX_MR_INDEX: u32 = (1 << 23) - 1;
+/// Most MRs a device holds at once (`max_mr` in the device attributes).
+pub const MAX_MRS: usize = 0x4000;
+/// The lkey that names a QP's inline area (never an MR key, index 0 is not allocated).
+pub const INLINE_LKEY: u32 = 0;
+/// All remote access rights.
+pub const ACCESS_REMOTE: u32 = ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+
+/// The key of MR `index` with key byte `byte`.
+pub fn make_key(index: u32, byte: u8) -> u32 {
+    (index << 8) | u32::from(byte)
+}
+
+/// The MR index of a key.
+pub fn key_index(key: u32) -> u32 {
+    key >> 8
+}
+
+/// True when a REG_MR may move an MR from key `old` to key `new` (only the low byte changes).
+pub fn key_may_replace(old: u32, new: u32) -> bool {
+    old & !0xff == new & !0xff
+}
+
+/// True when `[va, va + len)` lies inside `[iova, iova + length)`; overflow-safe.
+pub fn in_range(iova: u64, length: u64, va: u64, len: u64) -> bool {
+    va >= iova && len <= length && va - iova <= length - len
+}
+
+/// What memory an MR names.
+pub enum MrMem {
+    /// Pinned user pages (`reg_user_mr`); position 0 is the MR's iova.
+    User(UmemPages),
+    /// All kernel memory by virtual address (`get_dma_mr`); no bounds.
+    Dma(KernelMemory),
+    /// A fast-registration page list (`alloc_mr` + `map_mr_sg` + REG_MR).
+    Fast(PageList),
+}
+
+/// Whether an MR may be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MrState {
+    /// Fast-registration MR not (or no longer) registered.
+    Free,
+    /// Usable.
+    Valid,
+}
+
+/// The mutable part of an MR.
+#[derive(Clone, Copy, Debug)]
+pub struct MrInfo {
+    /// Current lkey and rkey.
+    pub key: u32,
+    /// `ib_access_flags`.
+    pub access: u32,
+    /// First address.
+    pub iova: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Valid or free.
+    pub state: MrState,
+}
+
+/// A memory region.
+#[pin_data]
+pub struct RvrMr {
+    index: u32,
+    pd_id: u32,
+    mem: MrMem,
+    #[pin]
+    info: IrqSpinLock<MrInfo>,
+}
+
+impl RvrMr {
+    /// A new MR; `info.key` must have index `index`.
+    pub fn new(index: u32, pd_id: u32, mem: MrMem, info: MrInfo) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                index,
+                pd_id,
+                mem,
+                info <- new_irq_spinlock!(info, "rvrdma_mr"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The table index (the `mr_handle` of REG_MR work requests).
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The PD's identity.
+    pub fn pd_id(&self) -> u32 {
+        self.pd_id
+    }
+
+    /// The memory.
+    pub fn mem(&self) -> &MrMem {
+        &self.mem
+    }
+
+    /// A snapshot of the mutable part.
+    pub fn info(&self) -> MrInfo {
+        *self.info.lock()
+    }
+
+    /// Validates an access of `len` bytes at `va` with key `key` from PD `pd_id` needing
+    /// `access`; returns the position in the MR's memory (DMA: `va` itself).
+    fn check(&self, key: u32, pd_id: u32, va: u64, len: u64, access: u32) -> Result<u64, MemError> {
+        let i = self.info();
+        if i.key != key || self.pd_id != pd_id || i.state != MrState::Valid {
+            return Err(MemError::BadKey);
+        }
+        if i.access & access != access {
+            return Err(MemError::NoAccess);
+        }
+        if let MrMem::Dma(_) = self.mem {
+            return Ok(va);
+        }
+        if !in_range(i.iova, i.length, va, len) {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok(va - i.iova)
+    }
+
+    fn read_at(&self, pos: u64, out: &mut [u8]) -> Result<(), MemError> {
+        match &self.mem {
+            MrMem::User(p) => p.read(pos, out),
+            MrMem::Dma(m) => m.read(pos, out),
+            MrMem::Fast(p) => p.read(pos, out),
+        }
+        .map_err(|_| MemError::OutOfBounds)
+    }
+
+    fn write_at(&self, pos: u64, data: &[u8]) -> Result<(), MemError> {
+        match &self.mem {
+            MrMem::User(p) => p.write(pos, data),
+            MrMem::Dma(m) => m.write(pos, data),
+            MrMem::Fast(p) => p.write(pos, data),
+        }
+        .map_err(|_| MemError::OutOfBounds)
+    }
+
+    fn atomic_at(&self, pos: u64, op: AtomicOp) -> Result<u64, MemError> {
+        match &self.mem {
+            MrMem::User(p) => p.atomic(pos, op),
+            MrMem::Dma(m) => m.atomic(pos, op),
+            MrMem::Fast(p) => p.atomic(pos, op),
+        }
+        .map_err(|_| MemError::OpFailed)
+    }
+
+    /// Invalidation (LOCAL_INV, Send with Invalidate): rxe_invalidate_mr's rules plus a PD
+    /// check.
+    fn invalidate(&self, key: u32, pd_id: u32) -> Result<(), MemError> {
+        let mut i = self.info.lock();
+        if i.key != key || self.pd_id != pd_id {
+            return Err(MemError::BadKey);
+        }
+        if !matches!(self.mem, MrMem::Fast(_)) {
+            return Err(MemError::OpFailed);
+        }
+        i.state = MrState::Free;
+        Ok(())
+    }
+
+    /// REG_MR: the MR must be a free fast-registration MR of `pd_id`, and the new key may
+    /// differ only in its low byte.
+    fn fast_register(&self, p: &RegMrParams, pd_id: u32) -> Result<(), MemError> {
+        let MrMem::Fast(pages) = &self.mem else {
+            return Err(MemError::OpFailed);
+        };
+        let mut i = self.info.lock();
+        if i.state != MrState::Free || self.pd_id != pd_id || !key_may_replace(i.key, p.key) {
+            return Err(MemError::OpFailed);
+        }
+        if p.length > pages.mapped_length() {
+            return Err(MemError::OpFailed);
+        }
+        *i = MrInfo {
+            key: p.key,
+            access: p.access,
+            iova: p.iova,
+            length: p.length,
+            state: MrState::Valid,
+        };
+        Ok(())
+    }
+}
+
+/// The locked part of the table.
+struct TableInner {
+    /// Index -> MR; `None` while an index is reserved for an MR being created.
+    tree: RBTree<u32, Option<Arc<RvrMr>>>,
+    /// Where the search for a free index starts.
+    next: u32,
+    /// Entries in `tree`.
+    count: usize,
+}
+
+/// The MRs of a device, by index.
+#[pin_data]
+pub struct MrTable {
+    #[pin]
+    inner: IrqSpinLock<TableInner>,
+}
+
+impl MrTable {
+    /// An empty table.
+    pub fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            inner <- new_irq_spinlock!(TableInner { tree: RBTree::new(), next: 1, count: 0 }, "rvrdma_mr_table"),
+        })
+    }
+
+    /// Adds an MR: reserves an index, picks a key byte, calls `make(index, key)` (outside the
+    /// lock) and stores what it returns. Process context (allocates).
+    pub fn insert(&self, make: impl FnOnce(u32, u32) -> Result<Arc<RvrMr>>) -> Result<Arc<RvrMr>> {
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let index = {
+            let mut t = self.inner.lock();
+            if t.count >= MAX_MRS {
+                return Err(ENOMEM);
+            }
+            let mut index = t.next;
+            while t.tree.get(&index).is_some() {
+                index = if index >= MAX_MR_INDEX { 1 } else { index + 1 };
+            }
+            t.next = if index >= MAX_MR_INDEX { 1 } else { index + 1 };
+            // The index is free: nothing is replaced.
+            let _ = t.tree.insert(node.into_node(index, None));
+            t.count += 1;
+            index
+        };
+        let key = make_key(index, crate::ib::mr::random_key_byte(None));
+        match make(index, key) {
+            Ok(mr) => {
+                if let Some(slot) = self.inner.lock().tree.get_mut(&index) {
+                    *slot = Some(mr.clone());
+                }
+                Ok(mr)
+            }
+            Err(e) => {
+                drop(self.remove(index));
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes MR `index`: no lookup finds it afterwards. Returns the table's reference.
+    pub fn remove(&self, index: u32) -> Option<Arc<RvrMr>> {
+        let node = {
+            let mut t = self.inner.lock();
+            let node = t.tree.remove_node(&index)?;
+            t.count -= 1;
+            node
+        };
+        // Freed outside the lock.
+        node.to_key_value().1
+    }
+
+    /// The MR with table index `index`, whatever its key and state.
+    pub fn get(&self, index: u32) -> Option<Arc<RvrMr>> {
+        self.inner.lock().tree.get(&index).and_then(|m| m.clone())
+    }
+
+    /// The MR `key` names (index and current key), whatever its state.
+    pub fn lookup(&self, key: u32) -> Option<Arc<RvrMr>> {
+        self.get(key_index(key)).filter(|m| m.info().key == key)
+    }
+
+    /// Number of MRs (including reservations).
+    pub fn len(&self) -> usize {
+        self.inner.lock().count
+    }
+
+    /// True if the table holds no MR.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Looks up `key` and checks an access (see [`RvrMr::check`]).
+    fn resolve(
+        &self,
+        key: u32,
+        pd_id: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(Arc<RvrMr>, u64), MemError> {
+        let mr = self.get(key_index(key)).ok_or(MemError::BadKey)?;
+        let pos = mr.check(key, pd_id, va, len, access)?;
+        Ok((mr, pos))
+    }
+}
+
+/// One resolved piece of an SGE list: the MR (`None`: inline area) and the position in it.
+type Piece = (Option<Arc<RvrMr>>, u64, usize);
+
+/// The memory one QP may reach: the MRs of its PD in the device's table, and its inline area.
+pub struct QpMemory<'a> {
+    table: &'a MrTable,
+    pd_id: u32,
+    inline: &'a [u8],
+}
+
+impl<'a> QpMemory<'a> {
+    /// The memory of a QP of PD `pd_id` whose inline area is `inline` (SGEs with lkey
+    /// [`INLINE_LKEY`] address it by offset).
+    pub fn new(table: &'a MrTable, pd_id: u32, inline: &'a [u8]) -> Self {
+        Self {
+            table,
+            pd_id,
+            inline,
+        }
+    }
+
+    /// Resolves `[offset, offset + total)` of the SGE list into at most `MAX_SGE` pieces, all
+    /// checked for `access` before any byte moves; calls `f(piece, done)` on each.
+    fn resolve_sges(
+        &self,
+        sges: &[Sge],
+        offset: u32,
+        total: usize,
+        access: u32,
+        mut f: impl FnMut(&Piece, usize) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let mut pieces: [Option<Piece>; MAX_SGE] = Default::default();
+        let mut skip = offset as usize;
+        let mut left = total;
+        let mut n = 0;
+        for s in sges {
+            if left == 0 {
+                break;
+            }
+            let slen = s.length as usize;
+            if skip >= slen {
+                skip -= slen;
+                continue;
+            }
+            let len = (slen - skip).min(left);
+            let va = s
+                .addr
+                .checked_add(skip as u64)
+                .ok_or(MemError::OutOfBounds)?;
+            let piece = if s.lkey == INLINE_LKEY {
+                if access != 0 || !in_range(0, self.inline.len() as u64, va, len as u64) {
+                    return Err(MemError::BadKey);
+                }
+                (None, va, len)
+            } else {
+                let (mr, pos) = self
+                    .table
+                    .resolve(s.lkey, self.pd_id, va, len as u64, access)?;
+                (Some(mr), pos, len)
+            };
+            *pieces.get_mut(n).ok_or(MemError::OutOfBounds)? = Some(piece);
+            n += 1;
+            skip = 0;
+            left -= len;
+        }
+        if left != 0 {
+            return Err(MemError::OutOfBounds);
+        }
+        let mut done = 0;
+        for p in pieces.iter().flatten() {
+            f(p, done)?;
+            done += p.2;
+        }
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes starting `offset` bytes into the gather list `sges` (transmit
+    /// path). Checks everything before copying.
+    pub fn gather(&self, sges: &[Sge], offset: u32, out: &mut [u8]) -> Result<(), MemError> {
+        let total = out.len();
+        self.resolve_sges(sges, offset, total, 0, |(mr, pos, len), done| {
+            let dst = out.get_mut(done..done + len).ok_or(MemError::OutOfBounds)?;
+            match mr {
+                Some(mr) => mr.read_at(*pos, dst),
+                None => {
+                    let p = *pos as usize;
+                    let src = self.inline.get(p..p + len).ok_or(MemError::OutOfBounds)?;
+                    dst.copy_from_slice(src);
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    /// Copies `out.len()` bytes at `va` of the MR `rkey` names (needs remote read): the payload
+    /// of an RDMA Read response.
+    pub fn read_remote(&self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let (mr, pos) =
+            self.table
+                .resolve(rkey, self.pd_id, va, out.len() as u64, ACCESS_REMOTE_READ)?;
+        mr.read_at(pos, out)
+    }
+}
+
+impl Memory for QpMemory<'_> {
+    fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
+        for s in sges.iter().filter(|s| s.length > 0) {
+            if s.lkey == INLINE_LKEY {
+                if access != 0
+                    || !in_range(0, self.inline.len() as u64, s.addr, u64::from(s.length))
+                {
+                    return Err(MemError::BadKey);
+                }
+                continue;
+            }
+            self.table
+                .resolve(s.lkey, self.pd_id, s.addr, u64::from(s.length), access)?;
+        }
+        Ok(())
+    }
+
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
+        self.resolve_sges(
+            sges,
+            offset,
+            data.len(),
+            ACCESS_LOCAL_WRITE,
+            |(mr, pos, len), done| {
+                let src = data.get(done..done + len).ok_or(MemError::OutOfBounds)?;
+                match mr {
+                    Some(mr) => mr.write_at(*pos, src),
+                    None => Err(MemError::BadKey),
+                }
+            },
+        )
+    }
+
+    fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
+        self.table
+            .resolve(rkey, self.pd_id, va, u64::from(len), access)
+            .map(|_| ())
+    }
+
+    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        let (mr, pos) =
+            self.table
+                .resolve(rkey, self.pd_id, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
+        mr.write_at(pos, data)
+    }
+
+    fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        if va % 8 != 0 {
+            return Err(MemError::OpFailed);
+        }
+        let (mr, pos) = self
+            .table
+            .resolve(rkey, self.pd_id, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        mr.atomic_at(pos, op)
+    }
+
+    fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
+        let mr = self.table.get(key_index(rkey)).ok_or(MemError::BadKey)?;
+        mr.invalidate(rkey, self.pd_id)
+    }
+
+    fn local_invalidate(&mut self, key: u32) -> Result<(), MemError> {
+        let mr = self.table.get(key_index(key)).ok_or(MemError::BadKey)?;
+        mr.invalidate(key, self.pd_id)
+    }
+
+    fn fast_register(&mut self, params: &RegMrParams) -> Result<(), MemError> {
+        let index = u32::try_from(params.mr_handle).map_err(|_| MemError::BadKey)?;
+        let mr = self.table.get(index).ok_or(MemError::BadKey)?;
+        mr.fast_register(params, self.pd_id)
+    }
+}
+
+/// The `ib_access_flags` bits `reg_user_mr` accepts (rxe's set without on-demand paging and
+/// flush, which rvrdma does not offer).
+pub const ACCESS_SUPPORTED_MR: u32 = ACCESS_LOCAL_WRITE
+    | ACCESS_REMOTE
+    | b::ib_access_flags_IB_ACCESS_MW_BIND
+    | b::ib_access_flags_IB_ACCESS_OPTIONAL;
