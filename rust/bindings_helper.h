@@ -11,3 +11,4 @@
 #include <net/udp_tunnel.h>
 #include <linux/crc32.h>
 #include "../c/rvrdma_helpers.h"
+#include "../c/rvrdma_queue.h"

@@ -2,15 +2,18 @@
 
 //! Everything a driver implements to be an ib_core verbs provider, and the ops-table assembly.
 
-use super::{device::IbDriver, pd::PdVerbs};
+use super::{cq::CqVerbs, device::IbDriver, pd::PdVerbs};
 use crate::bindings as b;
 
 /// The full set of verbs a registered driver provides.
-pub trait Verbs: IbDriver + PdVerbs {}
+pub trait Verbs: IbDriver + PdVerbs + CqVerbs {}
 
-impl<T: IbDriver + PdVerbs> Verbs for T {}
+impl<T: IbDriver + PdVerbs + CqVerbs> Verbs for T {}
 
 /// Fills the verb entries of an ops table for driver `T`.
 pub(crate) fn install<T: Verbs>(ops: &mut b::ib_device_ops) {
     super::pd::install::<T>(ops);
+    super::cq::install::<T>(ops);
+    // Device-wide: the rings of every object are mapped through the same entries.
+    super::mmap::install(ops);
 }

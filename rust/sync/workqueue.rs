@@ -6,7 +6,10 @@
 
 use crate::bindings as b;
 use core::ptr::NonNull;
-use kernel::{prelude::*, workqueue::Queue};
+use kernel::{
+    prelude::*,
+    workqueue::{HasWork, Queue, Work},
+};
 
 /// An owned workqueue (`alloc_workqueue`), destroyed (drained first) on drop.
 ///
@@ -41,4 +44,15 @@ impl Drop for OwnedQueue {
         // SAFETY: we own the live queue (type invariant); `destroy_workqueue` drains it first.
         unsafe { b::destroy_workqueue(self.0.as_ptr()) };
     }
+}
+
+/// Waits until the work item `W` embedded in `item` is neither queued nor running
+/// (`flush_work`): a queued run still happens (and drops its own reference), then this returns.
+/// Returns whether it had to wait. May sleep: process context only.
+pub fn flush_work<T: HasWork<T, ID>, const ID: u64>(item: &T) -> bool {
+    // SAFETY: `item` is a live `T`, so the pointer to its embedded `Work` is valid.
+    let work = unsafe { T::raw_get_work(core::ptr::from_ref(item).cast_mut()) };
+    // SAFETY: `work` points at an initialised `Work` inside `item`, live for this call;
+    // `flush_work` only waits.
+    unsafe { b::flush_work(Work::raw_get(work)) }
 }
