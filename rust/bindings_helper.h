@@ -13,3 +13,4 @@
 #include "../c/rvrdma_helpers.h"
 #include "../c/rvrdma_net.h"
 #include "../c/rvrdma_mr.h"
+#include "../c/rvrdma_queue.h"

@@ -52,7 +52,7 @@ impl Drop for DeviceTeardown {
 /// The module: the link type, then device teardown, then the netdev notifier, then the pernet
 /// registration of the RoCEv2 sockets (fields drop in this order, so no device can be created
 /// while they are torn down, and the sockets outlive every device; unregistering the pernet
-/// operations releases any socket left and waits for `encap_rcv` callers).
+/// operations releases any socket left and waits for `encap_rcv` callers), then the workqueue.
 #[pin_data]
 struct RvrdmaModule {
     #[pin]
@@ -62,12 +62,16 @@ struct RvrdmaModule {
     notifier: NetdevNotifier<RvrNetdevEvents>,
     #[pin]
     pernet: PernetRegistration,
+    /// The protocol workqueue: destroyed (drained) last, once no device or socket is left.
+    queue: sync::workqueue::ModuleQueue,
 }
 
 impl kernel::InPlaceModule for RvrdmaModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         driver::registry::init();
+        driver::datapath::rx_init();
         try_pin_init!(Self {
+            queue: sync::workqueue::ModuleQueue::new()?,
             pernet <- PernetRegistration::register(),
             notifier <- NetdevNotifier::register(),
             teardown: DeviceTeardown,

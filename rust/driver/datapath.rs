@@ -167,7 +167,7 @@ impl DevShared {
     /// are dropped. Process context.
     pub fn shutdown(self: &Arc<Self>) {
         rx_unlisten(self);
-        workqueue::flush(&self.rx_work);
+        workqueue::flush_work(&**self);
         while self.rx_queue.pop().is_some() {}
     }
 }

@@ -129,7 +129,7 @@ impl IbDriver for RvrDevice {
         a.max_recv_sge = super::qp::MAX_SGE as i32;
         a.max_sge_rd = super::qp::MAX_SGE as i32;
         a.max_cq = 0x4000;
-        a.max_cqe = 0x7fff;
+        a.max_cqe = super::cq::MAX_CQE as i32;
         a.max_mr = MAX_MRS as i32;
         a.max_pd = 0x7ff0;
         a.max_qp_rd_atom = 16;

@@ -2,6 +2,7 @@
 
 //! rvrdma's driver code: safe Rust above the `ib` and `net` abstractions.
 
+pub mod cq;
 pub mod device;
 pub mod link;
 pub mod memory;

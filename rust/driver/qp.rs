@@ -22,7 +22,8 @@ use crate::ib::{
     device::Device,
     pd::Pd,
     qp::{ModifyAttr, QpHandle, QpInitAttr, QpVerbs, RecvWrList, SendWrList},
-    queue::UserRing,
+    queue::{Ring, RingDir},
+    uabi::CreateQpResp,
     udata::Udata,
 };
 use crate::net::skb::Skb;
@@ -65,7 +66,7 @@ const RING_POLL_NS: u64 = 1_000_000;
 
 /// Async events and completion wake-ups collected under the lock, delivered after it.
 #[derive(Default)]
-pub(crate) struct Pending {
+pub struct Pending {
     /// QP events (`enum ib_event_type`), in order.
     pub events: [u32; 8],
     /// Number of valid entries in `events`.
@@ -90,8 +91,8 @@ impl Pending {
 pub(crate) struct QpInner {
     pub core: CoreQp,
     /// User rings (user QPs only).
-    sq: Option<UserRing>,
-    rq: Option<UserRing>,
+    sq: Option<Ring>,
+    rq: Option<Ring>,
     /// Scratch for one ring element.
     elem: KVec<u8>,
     /// Inline data of outstanding user sends: `sq depth` slots of `max_inline` bytes.
@@ -111,6 +112,9 @@ pub(crate) struct QpInner {
     dmac: [[u8; 6]; 2],
     /// Routes of the paths in use.
     routes: RouteCache,
+    /// Send and receive queue depths granted.
+    sq_depth: u32,
+    rq_depth: u32,
     /// Set by destroy: nothing runs any more.
     dead: bool,
 }
@@ -184,16 +188,10 @@ enum Entry<'a> {
     Modify(&'a QpAttrs, AttrMask, &'a mut Result),
 }
 
-fn cq_index(k: CqKind) -> usize {
-    match k {
-        CqKind::Send => 0,
-        CqKind::Recv => 1,
-    }
-}
 
 impl QpShared {
     /// The CQ of `kind`.
-    pub(crate) fn cq(&self, kind: CqKind) -> &CqShared {
+    pub(crate) fn cq(&self, kind: CqKind) -> &Arc<CqShared> {
         match kind {
             CqKind::Send => &self.send_cq,
             CqKind::Recv => &self.recv_cq,
@@ -202,7 +200,7 @@ impl QpShared {
 
     /// The completion-queue handle of this QP (`ib_wc.qp`).
     pub(crate) fn wc_qp(&self) -> WcQp {
-        self.handle.wc_qp()
+        self.handle.wc_qp(1)
     }
 
     /// Handles one received packet.
@@ -382,7 +380,7 @@ impl QpShared {
         for skb in tx {
             let len = skb.len();
             match skb.send() {
-                Ok(()) => {
+                Ok(_) => {
                     Counters::inc(&self.dev.counters.sent_pkts);
                     self.dev
                         .counters
@@ -456,7 +454,7 @@ fn post_errno(e: PostError) -> Error {
 }
 
 /// Takes user receive WQEs into the core while it has room.
-fn pull_recv(core: &mut CoreQp, rq: &mut UserRing, elem: &mut KVec<u8>, max_sge: usize, out: &mut QpOut<'_>) {
+fn pull_recv(core: &mut CoreQp, rq: &mut Ring, elem: &mut KVec<u8>, max_sge: usize, out: &mut QpOut<'_>) {
     let cap = rq.capacity() as u64;
     while core.rq_logic().outstanding() < cap {
         let Some(e) = elem.get_mut(..rq.elem_size()) else {
@@ -482,7 +480,7 @@ fn pull_recv(core: &mut CoreQp, rq: &mut UserRing, elem: &mut KVec<u8>, max_sge:
 /// sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
 fn pull_send(
     core: &mut CoreQp,
-    sq: &mut UserRing,
+    sq: &mut Ring,
     elem: &mut KVec<u8>,
     inline_area: &mut [u8],
     pulled: &mut u64,
@@ -583,7 +581,17 @@ impl QpVerbs for RvrDevice {
         }
         let dev = pd.device();
         let shared = dev.data().shared.clone();
-        let cap = *init.cap();
+        let cap = {
+            let c = init.cap();
+            b::ib_qp_cap {
+                max_send_wr: c.max_send_wr,
+                max_recv_wr: c.max_recv_wr,
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: c.max_recv_sge,
+                max_inline_data: c.max_inline_data,
+                max_rdma_ctxs: c.max_rdma_ctxs,
+            }
+        };
         if cap.max_send_wr == 0
             || cap.max_send_wr > MAX_QP_WR
             || cap.max_recv_wr > MAX_QP_WR
@@ -611,9 +619,9 @@ impl QpVerbs for RvrDevice {
                 if u.inlen() != 0 || u.outlen() < size_of::<b::rxe_create_qp_resp>() {
                     return Err(EINVAL);
                 }
-                let (sq, sq_mi) = UserRing::new(u, sq_depth, sq_elem)?;
-                let (rq, rq_mi) = UserRing::new(u, rq_depth, rq_elem)?;
-                let resp = b::rxe_create_qp_resp { rq_mi, sq_mi };
+                let (sq, sq_mi) = Ring::new_user(u, RingDir::FromUser, sq_depth, sq_elem)?;
+                let (rq, rq_mi) = Ring::new_user(u, RingDir::FromUser, rq_depth, rq_elem)?;
+                let resp = CreateQpResp { rq_mi, sq_mi };
                 (Some(sq), Some(rq), Some((u, resp)))
             }
             None => (None, None, None),
@@ -635,6 +643,7 @@ impl QpVerbs for RvrDevice {
         let recv_cq = init.recv_cq().data().clone();
         let sig_all = init.signal_all();
         let pd_id = pd.data().id;
+        let for_qp = shared.clone();
         let qp = shared.insert_qp(|qpn| {
             let core = Qp::new(
                 QpCreate {
@@ -660,12 +669,14 @@ impl QpVerbs for RvrDevice {
                 last_counters: QpCounters::default(),
                 dmac: [[0; 6]; 2],
                 routes: [None, None],
+                sq_depth: sq_slots,
+                rq_depth: rq_slots,
                 dead: false,
             };
             Arc::pin_init(
                 try_pin_init!(QpShared {
                     qpn,
-                    dev: shared.clone(),
+                    dev: for_qp,
                     handle,
                     pd_id,
                     send_cq: send_cq.clone(),
@@ -740,15 +751,15 @@ impl QpVerbs for RvrDevice {
         let a = g.core.query();
         super::qp_attr::from_core(&a, g.dmac[0], g.dmac[1], attr);
         let cap = b::ib_qp_cap {
-            max_send_wr: g.core.sq_logic().capacity() as u32,
-            max_recv_wr: g.core.rq_logic().capacity() as u32,
+            max_send_wr: g.sq_depth,
+            max_recv_wr: g.rq_depth,
             max_send_sge: qp.max_send_sge as u32,
             max_recv_sge: qp.max_recv_sge as u32,
             max_inline_data: qp.max_inline as u32,
             max_rdma_ctxs: 0,
         };
+        init.cap = b::ib_qp_cap { ..cap };
         attr.cap = cap;
-        init.cap = cap;
         init.sq_sig_type = if qp.sig_all {
             b::ib_sig_type_IB_SIGNAL_ALL_WR
         } else {
@@ -793,7 +804,7 @@ fn destroy(qp: Arc<QpShared>) {
     };
     // Cancels the timer (and drops its reference) outside the lock.
     drop(timer);
-    workqueue::flush(&qp.work);
+    workqueue::flush_work(&*qp);
     qp.send_cq.detach();
     qp.recv_cq.detach();
     drop(removed);

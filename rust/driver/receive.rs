@@ -10,7 +10,7 @@ use crate::net::skb::Skb;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::wire::Headers;
 use core::sync::atomic::Ordering;
-use kernel::{prelude::*, sync::Arc};
+use kernel::sync::Arc;
 
 /// Processes one packet queued for `dev`.
 pub fn packet(dev: &Arc<DevShared>, mut skb: Skb) {
@@ -27,7 +27,7 @@ pub fn packet(dev: &Arc<DevShared>, mut skb: Skb) {
     let rx = match skb.parse_roce() {
         Ok(rx) => rx,
         Err(e) => {
-            if e == EBADMSG {
+            if e.to_errno() == -(crate::bindings::EBADMSG as i32) {
                 Counters::inc(&c.icrc_errors);
             } else {
                 Counters::inc(&c.rx_malformed);

@@ -255,7 +255,7 @@ impl Outputs for QpOut<'_> {
     }
 
     fn complete(&mut self, cq: CqKind, wc: &Completion) -> Result<(), CqFull> {
-        let notify = self.qp.cq(cq).push(wc, self.qp.wc_qp())?;
+        let notify = self.qp.cq(cq).push(wc, self.qp.wc_qp(), false)?;
         let i = match cq {
             CqKind::Send => 0,
             CqKind::Recv => 1,

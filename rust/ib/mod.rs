@@ -3,11 +3,16 @@
 //! Safe abstractions over ib_core: device allocation, registration and ops, rdma link types and
 //! the verbs objects (PD, CQ, MR, QP, SRQ, AH).
 
+pub mod cq;
 pub mod device;
 pub mod link;
+pub mod mmap;
 pub mod mr;
 pub(crate) mod object;
 pub mod pd;
+pub mod qp;
+pub mod queue;
+pub mod uabi;
 pub mod udata;
 pub mod umem;
 pub mod verbs;

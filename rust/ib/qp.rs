@@ -7,7 +7,7 @@
 //! and the kernel work-request lists into [`SendWr`] / [`RecvWr`] values of the protocol core.
 
 use super::{
-    cq::{Cq, CqVerbs},
+    cq::{Cq, CqVerbs, WcQp},
     device::{Device, IbDriver},
     object::Obj,
     pd::{Pd, PdVerbs},
@@ -66,6 +66,12 @@ impl QpHandle {
     /// The raw pointer (for `ib_wc.qp`).
     pub fn as_raw(&self) -> *mut b::ib_qp {
         self.0.as_ptr()
+    }
+
+    /// The handle completions of this QP carry (`ib_wc.qp`), reported on port `port_num`.
+    pub fn wc_qp(&self, port_num: u8) -> WcQp {
+        // SAFETY: this is the QP the completions belong to (type invariant).
+        unsafe { WcQp::from_raw(self.0.as_ptr(), port_num) }
     }
 
     /// Reports an affiliated asynchronous event (`enum ib_event_type`) on this QP to its owner.
@@ -176,9 +182,9 @@ fn path_attr(ah: &b::rdma_ah_attr) -> Option<PathAttr> {
     // (`rdma_fill_sgid_attr`); it is non-NULL (checked).
     let gid_attr = unsafe { &*ah.grh.sgid_attr };
     // SAFETY: `ib_gid` is a union of byte arrays and integers: every bit pattern is valid.
-    let sgid = unsafe { gid_attr.gid.raw };
+    let sgid = unsafe { *gid_attr.gid.raw.as_ref() };
     // SAFETY: as above.
-    let dgid = unsafe { ah.grh.dgid.raw };
+    let dgid = unsafe { *ah.grh.dgid.raw.as_ref() };
     // SAFETY: a RoCE port's `rdma_ah_attr` uses the `roce` member of the union.
     let dmac = unsafe { ah.__bindgen_anon_1.roce.as_ref().dmac };
     Some(PathAttr {
@@ -202,7 +208,8 @@ pub fn fill_ah_attr(ah: &mut b::rdma_ah_attr, p: &PathAttr) {
     ah.sl = p.sl;
     ah.static_rate = p.static_rate;
     ah.ah_flags = b::ib_ah_flags_IB_AH_GRH as u8;
-    ah.grh.dgid.raw = p.dgid;
+    // SAFETY: every bit pattern is a valid `ib_gid`.
+    unsafe { *ah.grh.dgid.raw.as_mut() = p.dgid };
     ah.grh.flow_label = p.flow_label;
     ah.grh.sgid_index = p.sgid_index;
     ah.grh.hop_limit = p.hop_limit;
@@ -243,17 +250,18 @@ impl SendWrList<'_> {
                 lkey: src.lkey,
             };
         }
-        let mut out = SendWr::new(wr.wr_id, opcode);
-        out.flags = SendFlags(wr.send_flags);
+        // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).
+        let mut out = SendWr::new(unsafe { *wr.__bindgen_anon_1.wr_id.as_ref() }, opcode);
+        out.flags = SendFlags(wr.send_flags as u32);
         out.sg = SgList::from_slice(&sges[..nsge]).ok_or(EINVAL)?;
         // SAFETY: the union member matches the opcode (ib_verbs.h).
         unsafe {
             match opcode {
                 SendOpcode::SendWithImm | SendOpcode::RdmaWriteWithImm => {
-                    out.imm = u32::from_be(wr.ex.imm_data)
+                    out.imm = u32::from_be(*wr.ex.imm_data.as_ref())
                 }
                 SendOpcode::SendWithInv | SendOpcode::LocalInv => {
-                    out.invalidate_rkey = wr.ex.invalidate_rkey
+                    out.invalidate_rkey = *wr.ex.invalidate_rkey.as_ref()
                 }
                 _ => {}
             }
@@ -310,7 +318,8 @@ impl RecvWrList<'_> {
         }
         self.next = wr.next;
         Ok(Some(RecvWr {
-            wr_id: wr.wr_id,
+            // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).
+            wr_id: unsafe { *wr.__bindgen_anon_1.wr_id.as_ref() },
             sg: SgList::from_slice(&sges[..nsge]).ok_or(EINVAL)?,
         }))
     }

@@ -2,16 +2,20 @@
 
 //! Everything a driver implements to be an ib_core verbs provider, and the ops-table assembly.
 
-use super::{device::IbDriver, mr::MrVerbs, pd::PdVerbs};
+use super::{cq::CqVerbs, device::IbDriver, mr::MrVerbs, pd::PdVerbs, qp::QpVerbs};
 use crate::bindings as b;
 
 /// The full set of verbs a registered driver provides.
-pub trait Verbs: IbDriver + PdVerbs + MrVerbs {}
+pub trait Verbs: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs {}
 
-impl<T: IbDriver + PdVerbs + MrVerbs> Verbs for T {}
+impl<T: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs> Verbs for T {}
 
 /// Fills the verb entries of an ops table for driver `T`.
 pub(crate) fn install<T: Verbs>(ops: &mut b::ib_device_ops) {
     super::pd::install::<T>(ops);
     super::mr::install::<T>(ops);
+    super::cq::install::<T>(ops);
+    // Device-wide: the rings of every object are mapped through the same entries.
+    super::mmap::install(ops);
+    super::qp::install::<T>(ops);
 }

@@ -6,7 +6,10 @@
 
 use crate::bindings as b;
 use core::ptr::NonNull;
-use kernel::{prelude::*, workqueue::Queue};
+use kernel::{
+    prelude::*,
+    workqueue::{HasWork, Queue, Work},
+};
 
 /// An owned workqueue (`alloc_workqueue`), destroyed (drained first) on drop.
 ///
@@ -49,14 +52,17 @@ static QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
 
 /// Owns the module-wide protocol workqueue: created at module init, drained and destroyed
 /// at module exit after every device is gone.
-pub struct ModuleQueue(OwnedQueue);
+pub struct ModuleQueue {
+    /// Kept alive (and destroyed) with the module.
+    _queue: OwnedQueue,
+}
 
 impl ModuleQueue {
     /// Creates the module workqueue and publishes it for [`queue`].
     pub fn new() -> Result<Self> {
         let q = OwnedQueue::new(c"rvrdma")?;
         QUEUE.store(q.0.as_ptr(), core::sync::atomic::Ordering::Release);
-        Ok(Self(q))
+        Ok(Self { _queue: q })
     }
 }
 
@@ -78,8 +84,13 @@ pub fn queue() -> &'static Queue {
     unsafe { Queue::from_raw(q) }
 }
 
-/// Waits until `work` is idle: if it is queued it runs first (`flush_work`).
-pub fn flush<T: ?Sized, const ID: u64>(work: &kernel::workqueue::Work<T, ID>) {
-    // SAFETY: a `&Work` is an initialised, pinned work item (it is only built by pin-init).
-    unsafe { b::flush_work(kernel::workqueue::Work::raw_get(work)) };
+/// Waits until the work item `W` embedded in `item` is neither queued nor running
+/// (`flush_work`): a queued run still happens (and drops its own reference), then this returns.
+/// Returns whether it had to wait. May sleep: process context only.
+pub fn flush_work<T: HasWork<T, ID>, const ID: u64>(item: &T) -> bool {
+    // SAFETY: `item` is a live `T`, so the pointer to its embedded `Work` is valid.
+    let work = unsafe { T::raw_get_work(core::ptr::from_ref(item).cast_mut()) };
+    // SAFETY: `work` points at an initialised `Work` inside `item`, live for this call;
+    // `flush_work` only waits.
+    unsafe { b::flush_work(Work::raw_get(work)) }
 }

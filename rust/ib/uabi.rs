@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The rdma_rxe user ABI (`include/uapi/rdma/rdma_user_rxe.h`, `ib_user_verbs.h`): what stock
+//! rdma-core's rxe provider reads and writes in verb responses and in the mmapped rings.
+//!
+//! The structs here are plain `#[repr(C)]` copies of the uapi ones, with their sizes checked
+//! against the bindgen types, so that they can carry the kernel crate's byte-conversion traits.
+
+use crate::bindings as b;
+use core::mem::{offset_of, size_of};
+use kernel::transmute::{AsBytes, FromBytes};
+
+/// Where a ring lives in the user's address space (`struct mminfo`): the `mmap` offset on the
+/// uverbs file and the length to map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmapInfo {
+    /// The `offset` argument of `mmap`.
+    pub offset: u64,
+    /// The `length` argument of `mmap` (page aligned).
+    pub size: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// Response of `create_cq` (`struct rxe_create_cq_resp`); `resize_cq` has the same layout
+/// (`struct rxe_resize_cq_resp`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateCqResp {
+    /// The CQ ring.
+    pub mi: MmapInfo,
+}
+
+/// Response of `create_qp` (`struct rxe_create_qp_resp`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateQpResp {
+    /// The receive queue ring (zero with an SRQ).
+    pub rq_mi: MmapInfo,
+    /// The send queue ring.
+    pub sq_mi: MmapInfo,
+}
+
+/// Response of `create_srq` (`struct rxe_create_srq_resp`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateSrqResp {
+    /// The SRQ ring.
+    pub mi: MmapInfo,
+    /// The SRQ number.
+    pub srq_num: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// A completion queue entry as user space reads it (`struct ib_uverbs_wc`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UverbsWc {
+    /// The work request's identifier.
+    pub wr_id: u64,
+    /// `enum ib_wc_status`.
+    pub status: u32,
+    /// `enum ib_wc_opcode`.
+    pub opcode: u32,
+    /// Vendor error (0).
+    pub vendor_err: u32,
+    /// Bytes transferred.
+    pub byte_len: u32,
+    /// Immediate data (stored big-endian) or the invalidated R_Key (host order).
+    pub ex: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Remote QP number.
+    pub src_qp: u32,
+    /// `ib_wc_flags`.
+    pub wc_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits (0 on RoCE).
+    pub dlid_path_bits: u8,
+    /// Port number.
+    pub port_num: u8,
+    /// Zero.
+    pub reserved: u8,
+}
+
+// SAFETY: `repr(C)` integers without padding (sizes asserted below); any bits are valid.
+unsafe impl AsBytes for MmapInfo {}
+// SAFETY: as above.
+unsafe impl FromBytes for MmapInfo {}
+// SAFETY: as above.
+unsafe impl AsBytes for CreateCqResp {}
+// SAFETY: as above.
+unsafe impl AsBytes for CreateQpResp {}
+// SAFETY: as above.
+unsafe impl AsBytes for CreateSrqResp {}
+// SAFETY: as above.
+unsafe impl AsBytes for UverbsWc {}
+// SAFETY: as above.
+unsafe impl FromBytes for UverbsWc {}
+
+/// Size of the `rxe_queue_buf` header in front of a ring's elements.
+pub const QUEUE_HDR_SIZE: usize = 384;
+/// Offset of `log2_elem_size` in the ring header.
+pub const QUEUE_LOG2_ELEM_OFF: usize = 0;
+/// Offset of `index_mask` in the ring header.
+pub const QUEUE_INDEX_MASK_OFF: usize = 4;
+/// Offset of `producer_index` in the ring header.
+pub const QUEUE_PRODUCER_OFF: usize = 128;
+/// Offset of `consumer_index` in the ring header.
+pub const QUEUE_CONSUMER_OFF: usize = 256;
+
+/// Fixed part of a send WQE (`struct rxe_send_wqe`); the SGEs or inline data follow.
+pub const SEND_WQE_SIZE: usize = 208;
+/// Fixed part of a receive WQE (`struct rxe_recv_wqe`); the SGEs follow.
+pub const RECV_WQE_SIZE: usize = 40;
+/// One scatter/gather entry (`struct rxe_sge`).
+pub const SGE_SIZE: usize = 16;
+
+/// Size of the kernel's CQE type in rxe (`struct rxe_cqe`, a union of `ib_wc` and
+/// `ib_uverbs_wc`): the element size rxe requests for CQ rings.
+pub const RXE_CQE_SIZE: usize = {
+    let a = size_of::<b::ib_wc>();
+    let u = size_of::<UverbsWc>();
+    if a > u {
+        a
+    } else {
+        u
+    }
+};
+
+const _: () = {
+    assert!(size_of::<MmapInfo>() == 16 && size_of::<b::mminfo>() == 16);
+    assert!(size_of::<CreateCqResp>() == 16 && size_of::<b::rxe_create_cq_resp>() == 16);
+    assert!(size_of::<b::rxe_resize_cq_resp>() == 16);
+    assert!(size_of::<CreateQpResp>() == 32 && size_of::<b::rxe_create_qp_resp>() == 32);
+    assert!(size_of::<CreateSrqResp>() == 24 && size_of::<b::rxe_create_srq_resp>() == 24);
+    assert!(size_of::<UverbsWc>() == 48 && size_of::<b::ib_uverbs_wc>() == 48);
+    assert!(offset_of!(UverbsWc, ex) == 24 && offset_of!(UverbsWc, port_num) == 46);
+    assert!(size_of::<b::rxe_queue_buf>() == QUEUE_HDR_SIZE);
+    assert!(offset_of!(b::rxe_queue_buf, log2_elem_size) == QUEUE_LOG2_ELEM_OFF);
+    assert!(offset_of!(b::rxe_queue_buf, index_mask) == QUEUE_INDEX_MASK_OFF);
+    assert!(offset_of!(b::rxe_queue_buf, producer_index) == QUEUE_PRODUCER_OFF);
+    assert!(offset_of!(b::rxe_queue_buf, consumer_index) == QUEUE_CONSUMER_OFF);
+    assert!(size_of::<b::rxe_send_wqe>() == SEND_WQE_SIZE);
+    assert!(size_of::<b::rxe_recv_wqe>() == RECV_WQE_SIZE);
+    assert!(size_of::<b::rxe_sge>() == SGE_SIZE);
+};
+
+impl UverbsWc {
+    /// The user CQE of a completion on port `port_num` (no LIDs or SLs on RoCE; P_Key index 0).
+    pub fn from_completion(wc: &crate::events::Completion, port_num: u8) -> Self {
+        use crate::events::{WC_WITH_IMM, WC_WITH_INVALIDATE};
+        let ex = if wc.flags & WC_WITH_IMM != 0 {
+            // `ex.imm_data` is big-endian in memory.
+            wc.imm_or_rkey.to_be()
+        } else if wc.flags & WC_WITH_INVALIDATE != 0 {
+            wc.imm_or_rkey
+        } else {
+            0
+        };
+        Self {
+            wr_id: wc.wr_id,
+            status: wc.status as u32,
+            opcode: wc.opcode as u32,
+            vendor_err: 0,
+            byte_len: wc.byte_len,
+            ex,
+            qp_num: wc.qp_num,
+            src_qp: wc.src_qp,
+            wc_flags: wc.flags,
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+            port_num,
+            reserved: 0,
+        }
+    }
+}
