@@ -4,7 +4,9 @@
 //! the same, so scripts compare the two drivers one to one.
 
 use crate::rvcore::qp::QpCounters;
+use crate::ib::{device::Device, stats::{StatDesc, StatsVerbs}};
 use core::sync::atomic::{AtomicU64, Ordering};
+use super::device::RvrDevice;
 
 macro_rules! counters {
     ($($(#[$m:meta])* $name:ident),* $(,)?) => {
@@ -14,15 +16,16 @@ macro_rules! counters {
             $($(#[$m])* pub $name: AtomicU64,)*
         }
 
-        /// The counters' names, in [`Counters::values`] order.
-        pub const NAMES: &[&core::ffi::CStr] = &[$(
-            // SAFETY-free: a literal with a NUL appended.
-            match core::ffi::CStr::from_bytes_with_nul(
-                concat!(stringify!($name), "\0").as_bytes()
-            ) {
-                Ok(c) => c,
-                Err(_) => panic!("counter name"),
-            },
+        /// The counters' descriptors, in [`Counters::values`] order.
+        pub static DESCS: &[StatDesc] = &[$(
+            StatDesc::new(
+                match core::ffi::CStr::from_bytes_with_nul(
+                    concat!(stringify!($name), "\0").as_bytes()
+                ) {
+                    Ok(c) => c,
+                    Err(_) => panic!("counter name"),
+                }
+            ),
         )*];
 
         impl Counters {
@@ -117,5 +120,16 @@ impl Counters {
     /// Adds one to `c`.
     pub fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl StatsVerbs for RvrDevice {
+    fn stat_descs() -> &'static [StatDesc] {
+        DESCS
+    }
+
+    fn read_stats(dev: &Device<Self>, _port: u32, values: &mut [u64]) {
+        // The counters are per device: every port shows the same values.
+        dev.data().shared.counters.values(values);
     }
 }

@@ -38,7 +38,7 @@ use crate::rvcore::wqe::{RecvSlot, SendFlags, SendSlot, SgList, Sge};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
 use kernel::{
     prelude::*,
-    sync::{Arc, ArcBorrow},
+    sync::{Arc, ArcBorrow, Mutex},
     time::{
         hrtimer::{
             ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer,
@@ -139,6 +139,10 @@ pub struct QpShared {
     pub max_inline: usize,
     /// The UDP tunnel of each port's network namespace.
     pub tunnels: KVec<TunnelRef>,
+    /// Serialises the drivers of the QP (process context) so that packets leave in the order
+    /// the core built them: building happens under `inner`, sending after it is dropped.
+    #[pin]
+    order: Mutex<()>,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
@@ -210,6 +214,7 @@ impl QpShared {
 
     /// The common driving loop (process context).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) {
+        let _order = self.order.lock();
         let mut tx = match KVec::<Skb>::with_capacity(TX_BATCH, GFP_KERNEL) {
             Ok(v) => v,
             Err(_) => {
@@ -686,6 +691,7 @@ impl QpVerbs for RvrDevice {
                     max_recv_sge,
                     max_inline,
                     tunnels,
+                    order <- kernel::new_mutex!((), "rvrdma_qp_order"),
                     inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
                     work <- kernel::new_work!("rvrdma_qp"),
                     timer <- HrTimer::new(),
