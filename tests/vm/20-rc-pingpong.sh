@@ -28,6 +28,6 @@ for mtu in "${mtus[@]}"; do
 done
 check "ibv_rc_pingpong -c -e (completion events), 4096 B" \
 	pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -e -s 4096 -n 50
-check "ibv_rc_pingpong -c over IPv6 GIDs" \
+PP_CONNECT=10.77.0.2 check "ibv_rc_pingpong -c over IPv6 GIDs" \
 	pp_run ibv_rc_pingpong "${DUT}1" fd77::2 "${DUT}0" fd77::1 -c -s 8192 -n 20
 ktap_finished

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# perftest over rvrdma: every bandwidth and latency test of the RC set completes between rvr0
+# (rvA) and rvr1 (rvB). Numbers are not judged here (TCG); scripts/bench compares with rdma_rxe.
+. "$(dirname "$0")/lib.sh"
+
+tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
+ktap_print_header
+ktap_set_plan ${#tests[@]}
+dut_setup 1
+link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
+wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
+	fail_rest "GIDs did not appear"
+
+for t in "${tests[@]}"; do
+	case $t in
+	*_bw) args=(-n 200 -s 65536) ;;
+	ib_atomic_lat) args=(-n 200) ;;
+	*) args=(-n 200 -s 64) ;;
+	esac
+	[ "$t" = ib_atomic_bw ] && args=(-n 200)
+	check "$t ${args[*]} completes over ${DUT}" pf_run "$t" "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 "${args[@]}"
+done
+ktap_finished
