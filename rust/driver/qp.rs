@@ -60,9 +60,13 @@ pub const MAX_QP_WR: u32 = 0x4000;
 pub const MAX_SGE: u32 = crate::rvcore::wqe::MAX_SGE as u32;
 /// Largest inline data per send WR.
 pub const MAX_INLINE: u32 = 256;
-/// Period of the poll that looks for user receive WQEs while the peer may wait for credits,
-/// and for WQEs posted to a QP in Error (to flush them).
-const RING_POLL_NS: u64 = 1_000_000;
+/// First period of the poll that looks for user receive WQEs while the peer may wait for
+/// credits, and for WQEs posted to a QP in Error (to flush them). User space posts receives
+/// without a system call, so the kernel must look; the period doubles while nothing comes, up
+/// to [`RING_POLL_MAX_NS`], and starts again from here once receives appear.
+const RING_POLL_NS: u64 = 20_000;
+/// Longest ring poll period.
+const RING_POLL_MAX_NS: u64 = 16_000_000;
 
 /// Async events and completion wake-ups collected under the lock, delivered after it.
 #[derive(Default)]
@@ -112,6 +116,8 @@ pub(crate) struct QpInner {
     dmac: [[u8; 6]; 2],
     /// Routes of the paths in use.
     routes: RouteCache,
+    /// Current ring poll period (0: not polling).
+    poll_period: u64,
     /// Send and receive queue depths granted.
     sq_depth: u32,
     rq_depth: u32,
@@ -342,9 +348,14 @@ impl QpShared {
         drop(mem);
         // Poll the user rings while the peer may be stalled for credits or the QP must
         // flush what user space posts in Error.
-        let poll = self.needs_ring_poll(inner);
-        if poll && inner.deadlines[2] == 0 {
-            inner.deadlines[2] = now + RING_POLL_NS;
+        if self.needs_ring_poll(inner) {
+            if inner.deadlines[2] == 0 {
+                inner.poll_period = (inner.poll_period * 2).clamp(RING_POLL_NS, RING_POLL_MAX_NS);
+                inner.deadlines[2] = now + inner.poll_period;
+            }
+        } else {
+            inner.poll_period = 0;
+            inner.deadlines[2] = 0;
         }
         let now_c = inner.core.counters();
         self.dev.counters.fold(&now_c, &mut inner.last_counters);
@@ -674,6 +685,7 @@ impl QpVerbs for RvrDevice {
                 last_counters: QpCounters::default(),
                 dmac: [[0; 6]; 2],
                 routes: [None, None],
+                poll_period: 0,
                 sq_depth: sq_slots,
                 rq_depth: rq_slots,
                 dead: false,
@@ -803,17 +815,23 @@ impl QpVerbs for RvrDevice {
 /// Tears a QP down: no more work, timers or packets, then the last references go.
 fn destroy(qp: Arc<QpShared>) {
     let removed = qp.dev.remove_qp(qp.qpn);
-    let timer = {
+    let (timer, sq, rq) = {
         let mut g = qp.inner.lock();
         g.dead = true;
-        g.timer.take()
+        (g.timer.take(), g.sq.take(), g.rq.take())
     };
     // Cancels the timer (and drops its reference) outside the lock.
     drop(timer);
+    // The user rings go now, in process context: their mmap entries must be gone before
+    // ib_core destroys the user context.
+    drop(sq);
+    drop(rq);
     workqueue::flush_work(&*qp);
+    // A receive work run may still hold a reference taken before the QP left the table.
+    workqueue::flush_work(&*qp.dev);
     qp.send_cq.detach();
     qp.recv_cq.detach();
     drop(removed);
-    // The rings and the tunnel references go with the last `Arc`, here in process context.
+    // The last reference: the CQ references and the tunnel references go here.
     drop(qp);
 }

@@ -152,6 +152,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             if let Syndrome::Ack { credit } = a.syndrome {
                 if ctx.transport == Transport::Rc {
                     self.credit = self.credit.update(a.msn, credit);
+                    self.credit_known = !self.credit.is_unlimited();
                 }
             }
         }
@@ -408,6 +409,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 }
                 self.rto_deadline = None;
                 if self.una == self.high_psn || self.frozen {
+                    // Nothing in flight: if a limited message waits for credits, the peer's
+                    // unsolicited ACK did not come; let one probe packet go (seed 003).
+                    if self.credit_hold && !self.frozen {
+                        self.probe_allowed = true;
+                    }
                     return SqOutcome::Ok;
                 }
                 self.counters.timeouts = self.counters.timeouts.wrapping_add(1);

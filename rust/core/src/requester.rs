@@ -28,6 +28,11 @@ pub enum PostError {
     InvalidWr,
 }
 
+/// Most PSNs the requester leaves unacknowledged before it waits for ACKs (Linux rdma_rxe
+/// uses the same bound, `RXE_MAX_UNACKED_PSNS`). A message longer than this still starts when
+/// nothing is outstanding.
+pub const MAX_UNACKED_PSNS: u32 = 128;
+
 /// Per-connection values the SQ Logic uses when transmitting.
 #[derive(Clone, Copy, Debug)]
 pub struct TxCtx<'a> {
@@ -132,6 +137,12 @@ pub struct SqLogic<S> {
     pub(crate) credit_wait: Option<Psn>,
     /// The WQE (counter) that started without credit and has not reached its wait point.
     pub(crate) uncredited: Option<u64>,
+    /// The peer has reported its credits in an ACK (a value other than `0x1F`).
+    pub(crate) credit_known: bool,
+    /// A limited message waits for the peer's credits without probing (see `transmit`).
+    pub(crate) credit_hold: bool,
+    /// The local ACK timeout expired during a credit hold: one probe packet may go.
+    pub(crate) probe_allowed: bool,
     pub(crate) retry_left: u8,
     /// PSN of the last NAK-triggered rewind, until the oldest unacknowledged PSN moves.
     pub(crate) retry_psn: Option<Psn>,
@@ -202,6 +213,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             credit: CreditLimit::INITIAL,
             credit_wait: None,
             uncredited: None,
+            credit_known: false,
+            credit_hold: false,
+            probe_allowed: false,
             retry_left: 7,
             retry_psn: None,
             rnr_left: 7,
@@ -227,6 +241,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.credit = CreditLimit::INITIAL;
         self.credit_wait = None;
         self.uncredited = None;
+        self.credit_known = false;
+        self.credit_hold = false;
+        self.probe_allowed = false;
         self.rnr_until = None;
         self.rto_deadline = None;
         self.rd_atomic_out = 0;
@@ -428,6 +445,14 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 continue;
             }
             let is_new_psn = self.next_psn == self.high_psn;
+            // Keep at most MAX_UNACKED_PSNS unacknowledged: a lost packet then costs a bounded
+            // go-back-N retransmission, and the peer's ACKs keep pace with the timer.
+            if is_new_psn
+                && self.una != self.high_psn
+                && self.high_psn.distance_from(self.una) >= MAX_UNACKED_PSNS
+            {
+                break;
+            }
             let mut no_credit = false;
             if !slot.started {
                 if !start_new {
@@ -495,9 +520,26 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 if ctx.transport == Transport::Rc {
                     if op.needs_rq_wqe() {
                         if !self.credit.allows(slot.ssn) {
+                            if !self.credit_hold {
+                                self.credit_hold = true;
+                                self.counters.credit_stalls =
+                                    self.counters.credit_stalls.wrapping_add(1);
+                            }
+                            // Seed 003 lets the SQ send the first packet of a limited message
+                            // as a probe, which draws an RNR NAK when the RQ is really empty.
+                            // Once the peer has reported its credits, its RQ Logic sends an
+                            // unsolicited ACK as soon as a WQE is posted: wait for it, and
+                            // probe only if a local ACK timeout passes without one.
+                            if self.credit_known && !self.probe_allowed {
+                                if self.rto_deadline.is_none() {
+                                    self.arm_rto(now, out);
+                                }
+                                break;
+                            }
+                            self.probe_allowed = false;
                             no_credit = true;
-                            self.counters.credit_stalls =
-                                self.counters.credit_stalls.wrapping_add(1);
+                        } else {
+                            self.credit_hold = false;
                         }
                     } else {
                         self.credit = self.credit.bump();

@@ -435,6 +435,42 @@ fn seed003_msn_plus_credits_gives_lsn() {
     assert_eq!(d.e[0].qp.sq_logic().credit_limit(), CreditLimit::Lsn(8));
 }
 
+/// With the peer's credits known to be 0, a limited message waits (no probe packet, so no RNR
+/// NAK) until the local ACK timeout; then one probe may go (seed 003).
+fn hold_then_probe(d: &mut Duo) {
+    assert!(d.take(0).is_empty(), "holds for credits: no probe before the timeout");
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+}
+
+#[test]
+fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // initial ACK: 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty(), "nothing goes while the peer has no WQE");
+    // The responder posts a receive: its RQ Logic sends an unsolicited ACK with the credit.
+    d.post_recv(1, 4096).expect("recv");
+    assert_eq!(d.flow(1), 1, "one unsolicited ACK");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 3, "the whole message goes at once");
+    for (h, payload, port) in &p {
+        d.deliver(1, h, payload, *port);
+    }
+    let acks = d.take(1);
+    assert!(
+        acks.iter().all(|(h, _, _)| h
+            .aeth
+            .is_some_and(|a| matches!(a.syndrome, Syndrome::Ack { .. }))),
+        "no RNR NAK"
+    );
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+}
+
 #[test]
 fn seed003_no_credit_only_first_packet_with_ackreq() {
     let mut d = Duo::new(Opts::default());
@@ -443,6 +479,7 @@ fn seed003_no_credit_only_first_packet_with_ackreq() {
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
+    hold_then_probe(&mut d);
     let p = d.take(0);
     assert_eq!(p.len(), 1, "only the first packet without credit");
     assert_eq!(p[0].0.bth.opcode, Opcode::RcSendFirst);
@@ -468,6 +505,7 @@ fn seed003_write_imm_without_credit_sends_all_packets_ackreq_on_last() {
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
         .expect("post");
     d.progress(0);
+    hold_then_probe(&mut d);
     let p = d.take(0);
     assert_eq!(p.len(), 3, "all WriteImm packets, then wait");
     assert!(p[2].0.bth.ack_req);
@@ -520,6 +558,7 @@ fn seed003_no_credit_check_on_retransmission() {
     d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
         .expect("post");
     d.progress(0);
+    hold_then_probe(&mut d);
     assert_eq!(d.take(0).len(), 1); // lost
     d.fire(0, Timer::Retransmit);
     d.progress(0);
@@ -542,6 +581,8 @@ fn seed003_no_reordering_of_the_sq() {
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
         .expect("post");
     d.progress(0);
+    assert!(d.take(0).is_empty(), "the Write must not overtake the stalled Send");
+    hold_then_probe(&mut d);
     let p = d.take(0);
     assert_eq!(p.len(), 1, "the Write must not overtake the stalled Send");
 }
