@@ -16,3 +16,4 @@ pub mod qp_attr;
 pub mod receive;
 pub mod transport;
 pub mod user_wqe;
+pub mod srq;

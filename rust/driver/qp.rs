@@ -14,6 +14,7 @@ use super::cq::CqShared;
 use super::datapath::DevShared;
 use super::device::RvrDevice;
 use super::memory::QpMemory;
+use super::srq::SrqShared;
 use super::transport::{self, QpOut, RouteCache, TX_BATCH};
 use super::user_wqe::{self, WqeError};
 use crate::bindings as b;
@@ -79,6 +80,8 @@ pub struct Pending {
     pub notify: [bool; 2],
     /// CQs that overflowed: send CQ, receive CQ.
     pub cq_err: [bool; 2],
+    /// The SRQ's limit event is due.
+    pub srq_limit: bool,
 }
 
 impl Pending {
@@ -87,7 +90,10 @@ impl Pending {
     }
 
     fn is_empty(&self) -> bool {
-        self.nevents == 0 && !self.notify.iter().any(|n| *n) && !self.cq_err.iter().any(|n| *n)
+        self.nevents == 0
+            && !self.srq_limit
+            && !self.notify.iter().any(|n| *n)
+            && !self.cq_err.iter().any(|n| *n)
     }
 }
 
@@ -137,6 +143,8 @@ pub struct QpShared {
     pub pd_id: u32,
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
+    /// The SRQ receive WQEs come from, if any.
+    srq: Option<Arc<SrqShared>>,
     /// Whether every send WR is signaled.
     sig_all: bool,
     max_send_sge: usize,
@@ -336,7 +344,21 @@ impl QpShared {
             core.timer_expired(now, Timer::Rnr, &mut out);
         }
         match entry {
-            Entry::Packet(h, payload, pm) => core.receive(now, h, payload, pm, &mut mem, &mut out),
+            Entry::Packet(h, payload, pm) => {
+                // With an SRQ the QP takes a WQE only when a message needs one.
+                if let Some(srq) = self.srq.as_ref() {
+                    if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
+                        let (wr, fire) = srq.take();
+                        if let Some(wr) = wr {
+                            let _ = core.post_recv(&wr, &mut out);
+                        }
+                        if fire {
+                            out.srq_limit();
+                        }
+                    }
+                }
+                core.receive(now, h, payload, pm, &mut mem, &mut out)
+            }
             Entry::Modify(a, m, res) => {
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
             }
@@ -419,6 +441,11 @@ impl QpShared {
         }
         for ev in p.events.iter().take(p.nevents) {
             self.handle.dispatch_event(*ev);
+        }
+        if p.srq_limit {
+            if let Some(srq) = self.srq.as_ref() {
+                srq.limit_reached();
+            }
         }
     }
 
@@ -592,8 +619,9 @@ impl QpVerbs for RvrDevice {
             // UC, UD and the GSI QP come later.
             return Err(crate::errno::eopnotsupp());
         }
-        if init.has_srq() {
-            return Err(crate::errno::eopnotsupp());
+        let srq = init.srq().map(|s| s.data().0.clone());
+        if srq.as_ref().is_some_and(|s| s.pd_id != pd.data().id) {
+            return Err(EINVAL);
         }
         let dev = pd.device();
         let shared = dev.data().shared.clone();
@@ -636,14 +664,28 @@ impl QpVerbs for RvrDevice {
                     return Err(EINVAL);
                 }
                 let (sq, sq_mi) = Ring::new_user(u, RingDir::FromUser, sq_depth, sq_elem)?;
-                let (rq, rq_mi) = Ring::new_user(u, RingDir::FromUser, rq_depth, rq_elem)?;
-                let resp = CreateQpResp { rq_mi, sq_mi };
-                (Some(sq), Some(rq), Some((u, resp)))
+                if srq.is_some() {
+                    // Receives come from the SRQ: no receive ring to map.
+                    let resp = CreateQpResp {
+                        rq_mi: Default::default(),
+                        sq_mi,
+                    };
+                    (Some(sq), None, Some((u, resp)))
+                } else {
+                    let (rq, rq_mi) = Ring::new_user(u, RingDir::FromUser, rq_depth, rq_elem)?;
+                    let resp = CreateQpResp { rq_mi, sq_mi };
+                    (Some(sq), Some(rq), Some((u, resp)))
+                }
             }
             None => (None, None, None),
         };
         let sq_slots = sq_ring.as_ref().map_or(sq_depth, |r| r.capacity());
-        let rq_slots = rq_ring.as_ref().map_or(rq_depth, |r| r.capacity());
+        // An SRQ QP holds at most the WQE of the message in progress.
+        let rq_slots = match (&srq, rq_ring.as_ref()) {
+            (Some(_), _) => 4,
+            (None, Some(r)) => r.capacity(),
+            (None, None) => rq_depth,
+        };
         let elem_len = [sq_ring.as_ref(), rq_ring.as_ref()]
             .iter()
             .flatten()
@@ -665,7 +707,7 @@ impl QpVerbs for RvrDevice {
                 QpCreate {
                     qp_type: QpType::Rc,
                     qpn,
-                    srq: false,
+                    srq: srq.is_some(),
                 },
                 KVec::from_elem(SendSlot::default(), sq_slots as usize, GFP_KERNEL)?,
                 KVec::from_elem(RecvSlot::default(), rq_slots as usize, GFP_KERNEL)?,
@@ -698,6 +740,7 @@ impl QpVerbs for RvrDevice {
                     pd_id,
                     send_cq: send_cq.clone(),
                     recv_cq: recv_cq.clone(),
+                    srq: srq.clone(),
                     sig_all,
                     max_send_sge,
                     max_recv_sge,

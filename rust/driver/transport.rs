@@ -177,6 +177,11 @@ impl<'a> QpOut<'a> {
         self.qp.qpn
     }
 
+    /// The SRQ's limit event is due (delivered after the lock).
+    pub fn srq_limit(&mut self) {
+        self.pending.srq_limit = true;
+    }
+
     fn push_event(&mut self, ev: u32) {
         let p = &mut *self.pending;
         if let Some(slot) = p.events.get_mut(p.nevents) {

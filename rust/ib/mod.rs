@@ -12,6 +12,7 @@ pub(crate) mod object;
 pub mod pd;
 pub mod qp;
 pub mod queue;
+pub mod srq;
 pub mod stats;
 pub mod uabi;
 pub mod udata;

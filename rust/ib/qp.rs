@@ -11,6 +11,7 @@ use super::{
     device::{Device, IbDriver},
     object::Obj,
     pd::{Pd, PdVerbs},
+    srq::{Srq, SrqVerbs},
     udata::Udata,
 };
 use crate::bindings as b;
@@ -19,7 +20,7 @@ use core::ptr::NonNull;
 use kernel::{error::from_result, prelude::*};
 
 /// The queue-pair verbs of a driver.
-pub trait QpVerbs: PdVerbs + CqVerbs + IbDriver {
+pub trait QpVerbs: PdVerbs + CqVerbs + SrqVerbs + IbDriver {
     /// The driver's data of a QP.
     type Qp: Send + Sync;
     /// Creates a QP; returns its data and its QP number. `udata` is `None` for kernel callers.
@@ -97,7 +98,7 @@ pub struct QpInitAttr<'a, T: QpVerbs> {
     raw: &'a mut b::ib_qp_init_attr,
     send_cq: &'a Cq<T>,
     recv_cq: &'a Cq<T>,
-    has_srq: bool,
+    srq: Option<&'a Srq<T>>,
 }
 
 impl<T: QpVerbs> QpInitAttr<'_, T> {
@@ -125,9 +126,9 @@ impl<T: QpVerbs> QpInitAttr<'_, T> {
     pub fn recv_cq(&self) -> &Cq<T> {
         self.recv_cq
     }
-    /// Whether receives come from an SRQ.
-    pub fn has_srq(&self) -> bool {
-        self.has_srq
+    /// The SRQ receives come from, if any.
+    pub fn srq(&self) -> Option<&Srq<T>> {
+        self.srq
     }
     /// `port_num` (special QPs only).
     pub fn port_num(&self) -> u32 {
@@ -293,7 +294,12 @@ pub struct RecvWrList<'a> {
     bad: &'a mut *const b::ib_recv_wr,
 }
 
-impl RecvWrList<'_> {
+impl<'a> RecvWrList<'a> {
+    /// A list starting at `next`; `bad` receives the failing WR.
+    pub(crate) fn new(next: *const b::ib_recv_wr, bad: &'a mut *const b::ib_recv_wr) -> Self {
+        Self { next, bad }
+    }
+
     /// Converts the next work request; `Ok(None)` at the end.
     pub fn next_wr(&mut self) -> Result<Option<RecvWr>> {
         if self.next.is_null() {
@@ -365,11 +371,13 @@ unsafe extern "C" fn create_qp<T: QpVerbs>(
         // SAFETY: ib_core resolved these objects of our device and holds them for the call.
         let (pd, send_cq, recv_cq) =
             unsafe { (Pd::<T>::from_raw(pd), Cq::<T>::from_raw(scq), Cq::<T>::from_raw(rcq)) };
+        // SAFETY: NULL or an SRQ of our device, held by ib_core for the call.
+        let srq = (!srq.is_null()).then(|| unsafe { Srq::<T>::from_raw(srq) });
         let mut attr = QpInitAttr {
             raw: init,
             send_cq,
             recv_cq,
-            has_srq: !srq.is_null(),
+            srq,
         };
         // SAFETY: `udata` is NULL or valid for this call.
         let mut udata = unsafe { Udata::from_raw(udata) };

@@ -2,13 +2,13 @@
 
 //! Everything a driver implements to be an ib_core verbs provider, and the ops-table assembly.
 
-use super::{cq::CqVerbs, device::IbDriver, mr::MrVerbs, pd::PdVerbs, qp::QpVerbs, stats::StatsVerbs};
+use super::{cq::CqVerbs, device::IbDriver, mr::MrVerbs, pd::PdVerbs, qp::QpVerbs, srq::SrqVerbs, stats::StatsVerbs};
 use crate::bindings as b;
 
 /// The full set of verbs a registered driver provides.
-pub trait Verbs: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs + StatsVerbs {}
+pub trait Verbs: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs + SrqVerbs + StatsVerbs {}
 
-impl<T: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs + StatsVerbs> Verbs for T {}
+impl<T: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs + SrqVerbs + StatsVerbs> Verbs for T {}
 
 /// Fills the verb entries of an ops table for driver `T`.
 pub(crate) fn install<T: Verbs>(ops: &mut b::ib_device_ops) {
@@ -19,4 +19,5 @@ pub(crate) fn install<T: Verbs>(ops: &mut b::ib_device_ops) {
     super::mmap::install(ops);
     super::qp::install::<T>(ops);
     super::stats::install::<T>(ops);
+    super::srq::install::<T>(ops);
 }
