@@ -4,32 +4,28 @@
 //! table, the MR table, the receive queue and its work item, and the counters.
 //!
 //! Receive path: the UDP tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to
-//! [`rx_hook`], which finds the device by the packet's ingress netdev and queues the skb on
-//! that device; the device's receive work (process context, module workqueue) parses it,
-//! checks the ICRC, finds the QP and runs the protocol core under the QP lock.
+//! [`rx_hook`], which finds the device by the packet's ingress netdev and handles the packet
+//! right there, as rdma_rxe does: parse, check the ICRC, find the QP and run the protocol core
+//! under the QP lock (no work-item hop per packet, which costs latency).
 
 use super::counters::Counters;
 use super::memory::MrTable;
 use super::qp::QpShared;
 use crate::net::netdev::{NetDev, NetDevRef};
-use crate::net::skb::{Skb, SkbQueue};
+use crate::net::skb::Skb;
 use crate::sync::irq_spinlock::{IrqSpinLock, IrqSpinLockBackend};
-use crate::sync::workqueue;
 use kernel::{
     prelude::*,
     sync::{
         lock::{GlobalLock, GlobalLockBackend},
-        Arc, ArcBorrow, LockClassKey,
+        Arc, LockClassKey,
     },
-    workqueue::{Work, WorkItem},
 };
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
 pub const FIRST_QPN: u32 = 16;
 /// Most QPs per device.
 pub const MAX_QPS: usize = 4096;
-/// Packets the receive work handles before it yields the CPU (it requeues itself).
-const RX_BUDGET: usize = 64;
 
 /// An entry of the QP table.
 enum QpSlot {
@@ -53,15 +49,6 @@ pub struct DevShared {
     /// QPs by number (`qpn - FIRST_QPN`).
     #[pin]
     qps: IrqSpinLock<KVec<QpSlot>>,
-    /// Packets received, waiting for the receive work.
-    #[pin]
-    rx_queue: SkbQueue,
-    #[pin]
-    rx_work: Work<DevShared>,
-}
-
-kernel::impl_has_work! {
-    impl HasWork<Self> for DevShared { self.rx_work }
 }
 
 impl DevShared {
@@ -81,8 +68,6 @@ impl DevShared {
                 mrs,
                 counters: Counters::default(),
                 qps <- crate::new_irq_spinlock!(table, "rvrdma_qp_table"),
-                rx_queue <- SkbQueue::new(),
-                rx_work <- kernel::new_work!("rvrdma_rx"),
             }),
             GFP_KERNEL,
         )
@@ -144,39 +129,12 @@ impl DevShared {
         }
     }
 
-    /// Queues a received packet and schedules the receive work (any context).
-    fn queue_rx(self: ArcBorrow<'_, Self>, skb: Skb) {
-        self.rx_queue.push(skb);
-        let _ = workqueue::queue().enqueue(Arc::from(self));
-    }
-
-    /// Handles queued packets, at most a budget's worth per run.
-    fn rx_work(self: &Arc<Self>) {
-        for _ in 0..RX_BUDGET {
-            let Some(skb) = self.rx_queue.pop() else {
-                return;
-            };
-            super::receive::packet(self, skb);
-        }
-        if self.rx_queue.len() > 0 {
-            let _ = workqueue::queue().enqueue(self.clone());
-        }
-    }
-
-    /// Stops the receive path of this device: it no longer gets packets, and the queued ones
-    /// are dropped. Process context.
+    /// Stops the receive path of this device: it no longer gets packets, and the ones being
+    /// handled are done when this returns. Process context.
     pub fn shutdown(self: &Arc<Self>) {
         rx_unlisten(self);
-        workqueue::flush_work(&**self);
-        while self.rx_queue.pop().is_some() {}
-    }
-}
-
-impl WorkItem for DevShared {
-    type Pointer = Arc<DevShared>;
-
-    fn run(this: Arc<DevShared>) {
-        this.rx_work();
+        // Packets are handled inside the UDP layer's RCU read-side section.
+        crate::sync::rcu::synchronize();
     }
 }
 
@@ -226,17 +184,16 @@ fn rx_unlisten(dev: &Arc<DevShared>) {
     }
 }
 
-/// The UDP tunnel's receive hook (softirq): queue the packet on the device it arrived for.
+/// The UDP tunnel's receive hook (softirq): handle the packet for the device it arrived on.
 fn rx_hook(skb: Skb) {
-    let l = RX_DEVICES.lock();
-    let dev = l
-        .iter()
-        .find(|d| d.ports.iter().any(|p| skb.came_from(p)));
+    let dev = {
+        let l = RX_DEVICES.lock();
+        l.iter()
+            .find(|d| d.ports.iter().any(|p| skb.came_from(p)))
+            .cloned()
+    };
     match dev {
-        Some(d) => {
-            let d = d.as_arc_borrow();
-            d.queue_rx(skb);
-        }
+        Some(d) => super::receive::packet(&d, skb),
         // Not ours (e.g. a netdev without an rvrdma device): drop.
         None => drop(skb),
     }

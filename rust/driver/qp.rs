@@ -15,7 +15,7 @@ use super::datapath::DevShared;
 use super::device::RvrDevice;
 use super::memory::QpMemory;
 use super::srq::SrqShared;
-use super::transport::{self, QpOut, RouteCache, TX_BATCH};
+use super::transport::{self, QpOut, RouteCache};
 use super::user_wqe::{self, WqeError};
 use crate::bindings as b;
 use crate::ib::{
@@ -27,7 +27,8 @@ use crate::ib::{
     uabi::CreateQpResp,
     udata::Udata,
 };
-use crate::net::skb::Skb;
+use crate::net::skb::SkbQueue;
+use core::sync::atomic::{AtomicBool, Ordering};
 use crate::net::udp_tunnel::{self, TunnelRef};
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{Completion, CqKind, Timer, WcOpcode, WcStatus};
@@ -39,7 +40,7 @@ use crate::rvcore::wqe::{RecvSlot, SendFlags, SendSlot, SgList, Sge};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
 use kernel::{
     prelude::*,
-    sync::{Arc, ArcBorrow, Mutex},
+    sync::{Arc, ArcBorrow},
     time::{
         hrtimer::{
             ArcHrTimerHandle, HrTimer, HrTimerCallback, HrTimerCallbackContext, HrTimerPointer,
@@ -127,6 +128,8 @@ pub(crate) struct QpInner {
     /// Send and receive queue depths granted.
     sq_depth: u32,
     rq_depth: u32,
+    /// A route lookup is due (done by the work item, in process context).
+    need_route: bool,
     /// Set by destroy: nothing runs any more.
     dead: bool,
 }
@@ -153,10 +156,12 @@ pub struct QpShared {
     pub max_inline: usize,
     /// The UDP tunnel of each port's network namespace.
     pub tunnels: KVec<TunnelRef>,
-    /// Serialises the drivers of the QP (process context) so that packets leave in the order
-    /// the core built them: building happens under `inner`, sending after it is dropped.
+    /// Packets built under `inner`, in build order, waiting to be sent without the lock.
     #[pin]
-    order: Mutex<()>,
+    txq: SkbQueue,
+    /// Set while one context drains `txq` (the others leave their packets to it), so packets
+    /// leave in the order the core built them whichever context built them.
+    tx_busy: AtomicBool,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
@@ -180,6 +185,10 @@ impl WorkItem for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
+        let route = core::mem::take(&mut this.inner.lock().need_route);
+        if route {
+            this.refresh_routes();
+        }
         this.drive(Entry::Work);
     }
 }
@@ -226,33 +235,51 @@ impl QpShared {
         self.drive(Entry::Packet(h, payload, pm));
     }
 
-    /// The common driving loop (process context).
+    /// The common driving loop: process context or softirq (received packets are handled
+    /// inline, as the UDP layer hands them over). Never sleeps.
     fn drive(self: &Arc<Self>, entry: Entry<'_>) {
-        let _order = self.order.lock();
-        let mut tx = match KVec::<Skb>::with_capacity(TX_BATCH, GFP_KERNEL) {
-            Ok(v) => v,
-            Err(_) => {
-                // Out of memory: try again later from the work item.
-                let _ = workqueue::queue().enqueue(self.clone());
-                return;
-            }
-        };
-        let (pending, (more, need_route)) = {
+        let (pending, more) = {
             let mut g = self.inner.lock();
             if g.dead {
                 return;
             }
             let now = now_ns();
             let inner = &mut *g;
-            let r = self.locked(inner, now, entry, &mut tx);
-            (inner.pending.take(), r)
+            let (more, need_route) = self.locked(inner, now, entry);
+            inner.need_route |= need_route;
+            (inner.pending.take(), more || inner.need_route)
         };
-        self.deliver(tx, pending);
-        if need_route {
-            self.refresh_routes();
-        }
-        if more || need_route {
+        self.flush_tx();
+        self.deliver(pending);
+        if more {
             let _ = workqueue::queue().enqueue(self.clone());
+        }
+    }
+
+    /// Sends the packets in `txq`, unless another context is at it (it then sends ours too).
+    fn flush_tx(&self) {
+        loop {
+            if self.tx_busy.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            while let Some(skb) = self.txq.pop() {
+                let len = skb.len();
+                match skb.send() {
+                    Ok(_) => {
+                        Counters::inc(&self.dev.counters.sent_pkts);
+                        self.dev
+                            .counters
+                            .sent_bytes
+                            .fetch_add(len as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => Counters::inc(&self.dev.counters.send_err),
+                }
+            }
+            self.tx_busy.store(false, Ordering::SeqCst);
+            // A packet queued after our last pop but before the store above found us busy.
+            if self.txq.is_empty() {
+                return;
+            }
         }
     }
 
@@ -284,7 +311,6 @@ impl QpShared {
         inner: &mut QpInner,
         now: u64,
         entry: Entry<'_>,
-        tx: &mut KVec<Skb>,
     ) -> (bool, bool) {
         let QpInner {
             core,
@@ -315,7 +341,7 @@ impl QpShared {
         {
             let mut out = QpOut::new(
                 self,
-                Some(&mut *tx),
+                Some(&self.txq),
                 &mut *deadlines,
                 &mut *pending,
                 &[],
@@ -331,7 +357,7 @@ impl QpShared {
         let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &inline[..]);
         let mut out = QpOut::new(
             self,
-            Some(&mut *tx),
+            Some(&self.txq),
             &mut *deadlines,
             &mut *pending,
             &inline[..],
@@ -413,21 +439,8 @@ impl QpShared {
         inner.armed_at = at;
     }
 
-    /// Sends built packets and reports what the core asked for (no lock held).
-    fn deliver(&self, tx: KVec<Skb>, p: Pending) {
-        for skb in tx {
-            let len = skb.len();
-            match skb.send() {
-                Ok(_) => {
-                    Counters::inc(&self.dev.counters.sent_pkts);
-                    self.dev
-                        .counters
-                        .sent_bytes
-                        .fetch_add(len as u64, core::sync::atomic::Ordering::Relaxed);
-                }
-                Err(_) => Counters::inc(&self.dev.counters.send_err),
-            }
-        }
+    /// Reports what the core asked for (no lock held).
+    fn deliver(&self, p: Pending) {
         if p.is_empty() {
             return;
         }
@@ -730,6 +743,7 @@ impl QpVerbs for RvrDevice {
                 poll_period: 0,
                 sq_depth: sq_slots,
                 rq_depth: rq_slots,
+                need_route: false,
                 dead: false,
             };
             Arc::pin_init(
@@ -746,7 +760,8 @@ impl QpVerbs for RvrDevice {
                     max_recv_sge,
                     max_inline,
                     tunnels,
-                    order <- kernel::new_mutex!((), "rvrdma_qp_order"),
+                    txq <- SkbQueue::new(),
+                    tx_busy: AtomicBool::new(false),
                     inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
                     work <- kernel::new_work!("rvrdma_qp"),
                     timer <- HrTimer::new(),
@@ -870,8 +885,9 @@ fn destroy(qp: Arc<QpShared>) {
     drop(sq);
     drop(rq);
     workqueue::flush_work(&*qp);
-    // A receive work run may still hold a reference taken before the QP left the table.
-    workqueue::flush_work(&*qp.dev);
+    // Received packets are handled in the UDP layer's RCU read-side section: after a grace
+    // period no receive path holds a reference taken before the QP left the table.
+    crate::sync::rcu::synchronize();
     qp.send_cq.detach();
     qp.recv_cq.detach();
     drop(removed);

@@ -8,7 +8,7 @@ use super::counters::Counters;
 use super::memory::QpMemory;
 use super::datapath::DevShared;
 use super::qp::{Pending, QpShared};
-use crate::net::skb::Skb;
+use crate::net::skb::SkbQueue;
 use crate::net::tx::{self, Route, TxParams};
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathInfo;
@@ -18,9 +18,6 @@ use crate::rvcore::events::{
 use crate::rvcore::memory::MemError;
 use crate::rvcore::wire::{pad_count, Headers};
 use kernel::prelude::*;
-
-/// Most packets one locked section may build (the caller reserves this much room).
-pub const TX_BATCH: usize = 80;
 
 /// RoCEv2 overhead in front of the IB payload inside the netdev MTU (worst case: IPv6, UDP,
 /// BTH, RETH or AtomicETH, ICRC).
@@ -137,9 +134,9 @@ pub fn install_routes(cache: &mut RouteCache, found: KVec<(PathInfo, Route)>) {
 /// The [`Outputs`] of one locked section of a QP.
 pub struct QpOut<'a> {
     qp: &'a QpShared,
-    /// Where built packets go; `None` where the caller cannot transmit (kernel posts): the
-    /// core then retransmits on its timer.
-    tx: Option<&'a mut KVec<Skb>>,
+    /// Where built packets go (sent in order once the QP lock is dropped); `None` where the
+    /// caller cannot transmit (kernel posts): the core then retransmits on its timer.
+    tx: Option<&'a SkbQueue>,
     /// Timer deadlines (retransmit, RNR, ring poll).
     pub deadlines: &'a mut [u64; 3],
     pending: &'a mut Pending,
@@ -155,7 +152,7 @@ impl<'a> QpOut<'a> {
     /// Outputs for `qp`, with its lock held by the caller.
     pub fn new(
         qp: &'a QpShared,
-        tx: Option<&'a mut KVec<Skb>>,
+        tx: Option<&'a SkbQueue>,
         deadlines: &'a mut [u64; 3],
         pending: &'a mut Pending,
         inline: &'a [u8],
@@ -204,7 +201,7 @@ impl Outputs for QpOut<'_> {
     fn transmit(&mut self, path: &PathInfo, headers: &Headers, payload: PayloadSource<'_>) {
         let qp = self.qp;
         let counters = &qp.dev.counters;
-        let room = self.tx.as_ref().is_some_and(|t| t.len() < t.capacity());
+        let room = self.tx.is_some();
         let plen = match payload {
             PayloadSource::None => 0,
             PayloadSource::Gather { len, .. } | PayloadSource::Remote { len, .. } => len as usize,
@@ -250,11 +247,8 @@ impl Outputs for QpOut<'_> {
             pad.fill(0);
             Ok(())
         });
-        match (built, self.tx.as_deref_mut()) {
-            // Room was checked above.
-            (Ok(skb), Some(tx)) => {
-                let _ = tx.push_within_capacity(skb);
-            }
+        match (built, self.tx) {
+            (Ok(skb), Some(tx)) => tx.push(skb),
             _ => Counters::inc(&counters.send_err),
         }
     }

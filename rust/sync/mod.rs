@@ -4,4 +4,5 @@
 
 pub mod clock;
 pub mod irq_spinlock;
+pub mod rcu;
 pub mod workqueue;
