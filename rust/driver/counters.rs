@@ -3,10 +3,13 @@
 //! Per-device counters (shown by `rdma statistic`). Names follow rdma_rxe where the meaning is
 //! the same, so scripts compare the two drivers one to one.
 
-use crate::rvcore::qp::QpCounters;
-use crate::ib::{device::Device, stats::{StatDesc, StatsVerbs}};
-use core::sync::atomic::{AtomicU64, Ordering};
 use super::device::RvrDevice;
+use crate::ib::{
+    device::Device,
+    stats::{StatDesc, StatsVerbs},
+};
+use crate::rvcore::qp::QpCounters;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
     ($($(#[$m:meta])* $name:ident),* $(,)?) => {
@@ -100,18 +103,58 @@ impl Counters {
                 c.fetch_add(d, Ordering::Relaxed);
             }
         };
-        add(&self.duplicate_request, now.rq.duplicates, last.rq.duplicates);
-        add(&self.out_of_seq_request, now.rq.sequence_errors, last.rq.sequence_errors);
-        add(&self.rcvd_rnr_err, now.sq.rnr_naks_received, last.sq.rnr_naks_received);
-        add(&self.send_rnr_err, now.rq.rnr_naks_sent, last.rq.rnr_naks_sent);
-        add(&self.rcvd_seq_err, now.sq.seq_naks_received, last.sq.seq_naks_received);
-        add(&self.seq_naks_sent, now.rq.seq_naks_sent, last.rq.seq_naks_sent);
+        add(
+            &self.duplicate_request,
+            now.rq.duplicates,
+            last.rq.duplicates,
+        );
+        add(
+            &self.out_of_seq_request,
+            now.rq.sequence_errors,
+            last.rq.sequence_errors,
+        );
+        add(
+            &self.rcvd_rnr_err,
+            now.sq.rnr_naks_received,
+            last.sq.rnr_naks_received,
+        );
+        add(
+            &self.send_rnr_err,
+            now.rq.rnr_naks_sent,
+            last.rq.rnr_naks_sent,
+        );
+        add(
+            &self.rcvd_seq_err,
+            now.sq.seq_naks_received,
+            last.sq.seq_naks_received,
+        );
+        add(
+            &self.seq_naks_sent,
+            now.rq.seq_naks_sent,
+            last.rq.seq_naks_sent,
+        );
         add(&self.completer_retry_err, now.sq.retries, last.sq.retries);
-        add(&self.retransmitted_pkts, now.sq.retransmitted, last.sq.retransmitted);
+        add(
+            &self.retransmitted_pkts,
+            now.sq.retransmitted,
+            last.sq.retransmitted,
+        );
         add(&self.transport_timeouts, now.sq.timeouts, last.sq.timeouts);
-        add(&self.credit_stalls, now.sq.credit_stalls, last.sq.credit_stalls);
-        add(&self.credit_acks_sent, now.rq.unsolicited_acks, last.rq.unsolicited_acks);
-        add(&self.duplicate_responses, now.sq.duplicate_responses, last.sq.duplicate_responses);
+        add(
+            &self.credit_stalls,
+            now.sq.credit_stalls,
+            last.sq.credit_stalls,
+        );
+        add(
+            &self.credit_acks_sent,
+            now.rq.unsolicited_acks,
+            last.rq.unsolicited_acks,
+        );
+        add(
+            &self.duplicate_responses,
+            now.sq.duplicate_responses,
+            last.sq.duplicate_responses,
+        );
         add(&self.path_migrations, now.migrations, last.migrations);
         add(&self.qp_dropped, now.dropped, last.dropped);
         *last = *now;

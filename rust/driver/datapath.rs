@@ -86,7 +86,10 @@ impl DevShared {
     ) -> Result<Arc<QpShared>> {
         let idx = {
             let mut t = self.qps.lock();
-            let i = t.iter().position(|e| matches!(e, QpSlot::Free)).ok_or(ENOMEM)?;
+            let i = t
+                .iter()
+                .position(|e| matches!(e, QpSlot::Free))
+                .ok_or(ENOMEM)?;
             t[i] = QpSlot::Reserved;
             i
         };
@@ -198,4 +201,3 @@ fn rx_hook(skb: Skb) {
         None => drop(skb),
     }
 }
-

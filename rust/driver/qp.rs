@@ -28,7 +28,6 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::net::skb::SkbQueue;
-use core::sync::atomic::{AtomicBool, Ordering};
 use crate::net::udp_tunnel::{self, TunnelRef};
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{Completion, CqKind, Timer, WcOpcode, WcStatus};
@@ -38,6 +37,7 @@ use crate::rvcore::requester::PostError;
 use crate::rvcore::wire::Headers;
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendSlot, SgList, Sge};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
     prelude::*,
     sync::{Arc, ArcBorrow},
@@ -215,7 +215,6 @@ enum Entry<'a> {
     Modify(&'a QpAttrs, AttrMask, &'a mut Result),
 }
 
-
 impl QpShared {
     /// The CQ of `kind`.
     pub(crate) fn cq(&self, kind: CqKind) -> &Arc<CqShared> {
@@ -293,12 +292,11 @@ impl QpShared {
             let missing = paths.map(|p| !transport::has_route(&g.routes, &p));
             (paths, missing)
         };
-        let found = transport::lookup_routes(self, |p| {
-            paths
-                .iter()
-                .zip(missing.iter())
-                .any(|(q, m)| q == p && !*m)
-        }, &paths);
+        let found = transport::lookup_routes(
+            self,
+            |p| paths.iter().zip(missing.iter()).any(|(q, m)| q == p && !*m),
+            &paths,
+        );
         if !found.is_empty() {
             transport::install_routes(&mut self.inner.lock().routes, found);
         }
@@ -306,12 +304,7 @@ impl QpShared {
 
     /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains and
     /// whether a route must be looked up outside the lock.
-    fn locked(
-        self: &Arc<Self>,
-        inner: &mut QpInner,
-        now: u64,
-        entry: Entry<'_>,
-    ) -> (bool, bool) {
+    fn locked(self: &Arc<Self>, inner: &mut QpInner, now: u64, entry: Entry<'_>) -> (bool, bool) {
         let QpInner {
             core,
             sq,
@@ -468,7 +461,14 @@ impl QpShared {
         {
             let mut g = self.inner.lock();
             let inner = &mut *g;
-            let mut out = QpOut::new(self, None, &mut inner.deadlines, &mut inner.pending, &[], None);
+            let mut out = QpOut::new(
+                self,
+                None,
+                &mut inner.deadlines,
+                &mut inner.pending,
+                &[],
+                None,
+            );
             while let Some(mut wr) = wrs.next_wr()? {
                 if self.sig_all {
                     wr.flags.0 |= SendFlags::SIGNALED;
@@ -489,7 +489,14 @@ impl QpShared {
         {
             let mut g = self.inner.lock();
             let inner = &mut *g;
-            let mut out = QpOut::new(self, None, &mut inner.deadlines, &mut inner.pending, &[], None);
+            let mut out = QpOut::new(
+                self,
+                None,
+                &mut inner.deadlines,
+                &mut inner.pending,
+                &[],
+                None,
+            );
             while let Some(wr) = wrs.next_wr()? {
                 if let Err(e) = inner.core.post_recv(&wr, &mut out) {
                     res = Err(post_errno(e));
@@ -510,7 +517,13 @@ fn post_errno(e: PostError) -> Error {
 }
 
 /// Takes user receive WQEs into the core while it has room.
-fn pull_recv(core: &mut CoreQp, rq: &mut Ring, elem: &mut KVec<u8>, max_sge: usize, out: &mut QpOut<'_>) {
+fn pull_recv(
+    core: &mut CoreQp,
+    rq: &mut Ring,
+    elem: &mut KVec<u8>,
+    max_sge: usize,
+    out: &mut QpOut<'_>,
+) {
     let cap = rq.capacity() as u64;
     while core.rq_logic().outstanding() < cap {
         let Some(e) = elem.get_mut(..rq.elem_size()) else {
@@ -815,7 +828,9 @@ impl QpVerbs for RvrDevice {
         let _ = dev;
         let mut res = Ok(());
         qp.drive(Entry::Modify(&a, mask, &mut res));
-        if res.is_ok() && m.mask & (b::ib_qp_attr_mask_IB_QP_AV | b::ib_qp_attr_mask_IB_QP_ALT_PATH) != 0 {
+        if res.is_ok()
+            && m.mask & (b::ib_qp_attr_mask_IB_QP_AV | b::ib_qp_attr_mask_IB_QP_ALT_PATH) != 0
+        {
             qp.refresh_routes();
         }
         res

@@ -8,6 +8,7 @@
 
 use super::device::RvrDevice;
 use super::user_wqe;
+use crate::bindings as b;
 use crate::ib::{
     pd::Pd,
     qp::RecvWrList,
@@ -17,7 +18,6 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::rvcore::wqe::RecvWr;
-use crate::bindings as b;
 use crate::sync::irq_spinlock::IrqSpinLock;
 use kernel::{prelude::*, sync::Arc};
 

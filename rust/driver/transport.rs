@@ -5,8 +5,8 @@
 //! completion wake-ups collected for delivery after the lock, timers recorded for the hrtimer.
 
 use super::counters::Counters;
-use super::memory::QpMemory;
 use super::datapath::DevShared;
+use super::memory::QpMemory;
 use super::qp::{Pending, QpShared};
 use crate::net::skb::SkbQueue;
 use crate::net::tx::{self, Route, TxParams};
@@ -67,13 +67,19 @@ fn tx_params<'a>(qp: &'a QpShared, path: &PathInfo, dest_qp: u32) -> Option<TxPa
         dst_gid: path.dgid,
         src_port: udp_sport(path.flow_label, qp.qpn, dest_qp),
         tclass: path.traffic_class,
-        ttl: if path.hop_limit == 0 { 64 } else { path.hop_limit },
+        ttl: if path.hop_limit == 0 {
+            64
+        } else {
+            path.hop_limit
+        },
         flow_label: path.flow_label,
     })
 }
 
 fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
-    usize::from(port).checked_sub(1).and_then(|i| qp.tunnels.get(i))
+    usize::from(port)
+        .checked_sub(1)
+        .and_then(|i| qp.tunnels.get(i))
 }
 
 /// The cached route of `path`, if valid.

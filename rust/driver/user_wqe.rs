@@ -82,7 +82,11 @@ pub struct UserSend {
 }
 
 /// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits.
-pub fn parse_send(e: &[u8], max_sge: usize, max_inline: usize) -> Result<UserSend, (u64, WqeError)> {
+pub fn parse_send(
+    e: &[u8],
+    max_sge: usize,
+    max_inline: usize,
+) -> Result<UserSend, (u64, WqeError)> {
     let wr_id = u64_at(e, OFF_WR_ID);
     let opcode = SendOpcode::from_u32(u32_at(e, OFF_OPCODE)).ok_or((wr_id, WqeError::Opcode))?;
     if opcode == SendOpcode::RegMr {

@@ -144,7 +144,11 @@ pub struct DeviceParams<'a> {
 ///
 /// On success ib_core owns the device; it reports back through [`IbDriver`] callbacks and
 /// drops `data` in `dealloc_driver`.
-pub fn register<T: super::verbs::Verbs>(module: &'static ThisModule, p: &DeviceParams<'_>, data: T) -> Result {
+pub fn register<T: super::verbs::Verbs>(
+    module: &'static ThisModule,
+    p: &DeviceParams<'_>,
+    data: T,
+) -> Result {
     let nports = p.nports;
     if nports == 0 {
         return Err(EINVAL);

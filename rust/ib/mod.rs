@@ -3,6 +3,7 @@
 //! Safe abstractions over ib_core: device allocation, registration and ops, rdma link types and
 //! the verbs objects (PD, CQ, MR, QP, SRQ, AH).
 
+pub mod ah;
 pub mod cq;
 pub mod device;
 pub mod link;

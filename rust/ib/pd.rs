@@ -87,7 +87,10 @@ unsafe extern "C" fn alloc_pd<T: PdVerbs>(ibpd: *mut b::ib_pd, udata: *mut b::ib
 /// # Safety
 ///
 /// ib_core callback: `ibpd` is a PD `alloc_pd` initialised, no longer in use.
-unsafe extern "C" fn dealloc_pd<T: PdVerbs>(ibpd: *mut b::ib_pd, _udata: *mut b::ib_udata) -> c_int {
+unsafe extern "C" fn dealloc_pd<T: PdVerbs>(
+    ibpd: *mut b::ib_pd,
+    _udata: *mut b::ib_udata,
+) -> c_int {
     // SAFETY: ib_core set `device` to one of ours.
     let dev = unsafe { Device::<T>::from_raw((*ibpd).device) };
     // SAFETY: the data was initialised by `alloc_pd`; ib_core never uses the PD again.

@@ -175,7 +175,7 @@ pub struct ModifyAttr<'a> {
 }
 
 /// Resolves an `rdma_ah_attr` of a RoCE port; `None` without a GRH or GID attribute.
-fn path_attr(ah: &b::rdma_ah_attr) -> Option<PathAttr> {
+pub fn path_attr(ah: &b::rdma_ah_attr) -> Option<PathAttr> {
     if u32::from(ah.ah_flags) & b::ib_ah_flags_IB_AH_GRH == 0 || ah.grh.sgid_attr.is_null() {
         return None;
     }
@@ -364,13 +364,19 @@ unsafe extern "C" fn create_qp<T: QpVerbs>(
         // SAFETY: valid per the callback contract.
         let init = unsafe { &mut *init };
         // SAFETY: ib_core set these fields (verbs.c `create_qp`).
-        let (pd, scq, rcq, srq) = unsafe { ((*ibqp).pd, (*ibqp).send_cq, (*ibqp).recv_cq, init.srq) };
+        let (pd, scq, rcq, srq) =
+            unsafe { ((*ibqp).pd, (*ibqp).send_cq, (*ibqp).recv_cq, init.srq) };
         if pd.is_null() || scq.is_null() || rcq.is_null() {
             return Err(EINVAL);
         }
         // SAFETY: ib_core resolved these objects of our device and holds them for the call.
-        let (pd, send_cq, recv_cq) =
-            unsafe { (Pd::<T>::from_raw(pd), Cq::<T>::from_raw(scq), Cq::<T>::from_raw(rcq)) };
+        let (pd, send_cq, recv_cq) = unsafe {
+            (
+                Pd::<T>::from_raw(pd),
+                Cq::<T>::from_raw(scq),
+                Cq::<T>::from_raw(rcq),
+            )
+        };
         // SAFETY: NULL or an SRQ of our device, held by ib_core for the call.
         let srq = (!srq.is_null()).then(|| unsafe { Srq::<T>::from_raw(srq) });
         let mut attr = QpInitAttr {
@@ -447,7 +453,10 @@ unsafe extern "C" fn query_qp<T: QpVerbs>(
 /// # Safety
 ///
 /// ib_core callback: the QP is live and ib_core never uses it again after this.
-unsafe extern "C" fn destroy_qp<T: QpVerbs>(ibqp: *mut b::ib_qp, _udata: *mut b::ib_udata) -> c_int {
+unsafe extern "C" fn destroy_qp<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    _udata: *mut b::ib_udata,
+) -> c_int {
     // SAFETY: initialised by `create_qp`; moved out exactly once.
     let data = unsafe { Obj::<b::ib_qp, T::Qp>::take(ibqp) };
     T::destroy_qp(data);
@@ -470,7 +479,10 @@ unsafe extern "C" fn post_send<T: QpVerbs>(
             T::post_send(data, None)?;
         } else {
             // SAFETY: `bad` is valid for writes.
-            let mut list = SendWrList { next: wr, bad: unsafe { &mut *bad } };
+            let mut list = SendWrList {
+                next: wr,
+                bad: unsafe { &mut *bad },
+            };
             T::post_send(data, Some(&mut list))?;
         }
         Ok(0)

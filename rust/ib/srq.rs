@@ -148,7 +148,10 @@ unsafe extern "C" fn modify_srq<T: SrqVerbs>(
 /// # Safety
 ///
 /// ib_core callback on a live SRQ of ours; `attr` is valid.
-unsafe extern "C" fn query_srq<T: SrqVerbs>(ibsrq: *mut b::ib_srq, attr: *mut b::ib_srq_attr) -> c_int {
+unsafe extern "C" fn query_srq<T: SrqVerbs>(
+    ibsrq: *mut b::ib_srq,
+    attr: *mut b::ib_srq_attr,
+) -> c_int {
     from_result(|| {
         // SAFETY: the SRQ is live and initialised; `attr` is valid for writes.
         unsafe { T::query_srq(Obj::<b::ib_srq, T::Srq>::data(ibsrq), &mut *attr)? };
@@ -159,7 +162,10 @@ unsafe extern "C" fn query_srq<T: SrqVerbs>(ibsrq: *mut b::ib_srq, attr: *mut b:
 /// # Safety
 ///
 /// ib_core callback: the SRQ is live and never used again after this.
-unsafe extern "C" fn destroy_srq<T: SrqVerbs>(ibsrq: *mut b::ib_srq, _udata: *mut b::ib_udata) -> c_int {
+unsafe extern "C" fn destroy_srq<T: SrqVerbs>(
+    ibsrq: *mut b::ib_srq,
+    _udata: *mut b::ib_udata,
+) -> c_int {
     // SAFETY: initialised by `create_srq`; moved out exactly once.
     let data = unsafe { Obj::<b::ib_srq, T::Srq>::take(ibsrq) };
     T::destroy_srq(data);

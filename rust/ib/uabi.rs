@@ -54,6 +54,16 @@ pub struct CreateSrqResp {
     pub reserved: u32,
 }
 
+/// Response of `create_ah` (`struct rxe_create_ah_resp`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateAhResp {
+    /// The AH number UD work requests name (never 0).
+    pub ah_num: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
 /// A completion queue entry as user space reads it (`struct ib_uverbs_wc`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -100,6 +110,8 @@ unsafe impl AsBytes for CreateCqResp {}
 unsafe impl AsBytes for CreateQpResp {}
 // SAFETY: as above.
 unsafe impl AsBytes for CreateSrqResp {}
+// SAFETY: as above.
+unsafe impl AsBytes for CreateAhResp {}
 // SAFETY: as above.
 unsafe impl AsBytes for UverbsWc {}
 // SAFETY: as above.

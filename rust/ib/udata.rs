@@ -76,9 +76,7 @@ impl<'a> Udata<'a> {
     pub fn respond<T: AsBytes>(&mut self, v: &T) -> Result {
         let len = size_of::<T>().min(self.outlen());
         // SAFETY: `v` is `size_of::<T>() >= len` readable bytes without padding (`AsBytes`).
-        to_result(unsafe {
-            b::rvr_ib_copy_to_udata(self.0, core::ptr::from_ref(v).cast(), len)
-        })
+        to_result(unsafe { b::rvr_ib_copy_to_udata(self.0, core::ptr::from_ref(v).cast(), len) })
     }
 
     /// The user context the call runs in.

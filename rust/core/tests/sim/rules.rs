@@ -438,7 +438,10 @@ fn seed003_msn_plus_credits_gives_lsn() {
 /// With the peer's credits known to be 0, a limited message waits (no probe packet, so no RNR
 /// NAK) until the local ACK timeout; then one probe may go (seed 003).
 fn hold_then_probe(d: &mut Duo) {
-    assert!(d.take(0).is_empty(), "holds for credits: no probe before the timeout");
+    assert!(
+        d.take(0).is_empty(),
+        "holds for credits: no probe before the timeout"
+    );
     d.fire(0, Timer::Retransmit);
     d.progress(0);
 }
@@ -451,7 +454,10 @@ fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
-    assert!(d.take(0).is_empty(), "nothing goes while the peer has no WQE");
+    assert!(
+        d.take(0).is_empty(),
+        "nothing goes while the peer has no WQE"
+    );
     // The responder posts a receive: its RQ Logic sends an unsolicited ACK with the credit.
     d.post_recv(1, 4096).expect("recv");
     assert_eq!(d.flow(1), 1, "one unsolicited ACK");
@@ -581,7 +587,10 @@ fn seed003_no_reordering_of_the_sq() {
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
         .expect("post");
     d.progress(0);
-    assert!(d.take(0).is_empty(), "the Write must not overtake the stalled Send");
+    assert!(
+        d.take(0).is_empty(),
+        "the Write must not overtake the stalled Send"
+    );
     hold_then_probe(&mut d);
     let p = d.take(0);
     assert_eq!(p.len(), 1, "the Write must not overtake the stalled Send");
