@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""Affiliated async events seen from user space (stock pyverbs, ibv_get_async_event), each forced
+by a real scenario between two RC QPs on two devices connected over the veth pair:
+  COMM_EST            a Send reaches a QP still in RTR
+  QP_ACCESS_ERR       the peer writes with a wrong R_Key (and gets a remote access error)
+  CQ_ERR              a CQ too small for the completions (with QP_FATAL; the QP enters Error)
+  SQ_DRAINED          Modify QP to SQD with en_sqd_async_notify, once the SQ is drained
+  SRQ_LIMIT_REACHED   an armed SRQ limit crossed by inbound Sends
+  QP_LAST_WQE_REACHED an SRQ QP moved to Error
+usage: events.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B [EVENT...]"""
+import sys
+import time
+
+import pyverbs.enums as e
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+
+
+class Dev:
+    def __init__(self, name, gid_index):
+        self.ctx = Context(name=name)
+        self.gid_index = gid_index
+        self.gid = self.ctx.query_gid(1, gid_index)
+        self.pd = PD(self.ctx)
+        self.mr = MR(self.pd, 65536, ACCESS)
+
+    def event(self, want, what):
+        """The next async event of this context (already queued: the call does not block then;
+        if it never comes the test's timeout fails it)."""
+        ev = self.ctx.get_async_event()
+        got = ev.event_type
+        ev.ack()
+        check(got == want, "%s: event %d (want %d)" % (what, got, want))
+
+
+    def events(self, n):
+        """The next `n` async event types of this context."""
+        got = []
+        for _ in range(n):
+            ev = self.ctx.get_async_event()
+            got.append(ev.event_type)
+            ev.ack()
+        return got
+
+
+class Qp:
+    def __init__(self, dev, cqe=64, srq=None):
+        self.dev = dev
+        self.cq = CQ(dev.ctx, cqe)
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+        kw = dict(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
+        if srq is not None:
+            kw["srq"] = srq
+        self.qp = QP(dev.pd, QPInitAttr(**kw))
+
+    def to_init(self):
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_INIT
+        a.pkey_index = 0
+        a.port_num = 1
+        a.qp_access_flags = ACCESS
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
+                       e.IBV_QP_ACCESS_FLAGS)
+
+    def to_rtr(self, peer):
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_RTR
+        a.path_mtu = e.IBV_MTU_1024
+        a.dest_qp_num = peer.qp.qp_num
+        a.rq_psn = 0
+        a.max_dest_rd_atomic = 4
+        a.min_rnr_timer = 1
+        gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=self.dev.gid_index)
+        a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
+                       e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+
+    def to_rts(self):
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_RTS
+        a.timeout = 14
+        a.retry_cnt = 7
+        a.rnr_retry = 7
+        a.sq_psn = 0
+        a.max_rd_atomic = 4
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
+                       e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+
+    def recv(self, n=1):
+        for _ in range(n):
+            self.qp.post_recv(RecvWR(num_sge=1, sg=[SGE(self.dev.mr.buf, 4096, self.dev.mr.lkey)]))
+
+    def send(self, n=1):
+        for _ in range(n):
+            self.qp.post_send(SendWR(opcode=e.IBV_WR_SEND, num_sge=1,
+                                     sg=[SGE(self.dev.mr.buf, 64, self.dev.mr.lkey)]))
+
+    def write(self, rkey, addr, n=1):
+        for _ in range(n):
+            wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                        sg=[SGE(self.dev.mr.buf, 64, self.dev.mr.lkey)])
+            wr.set_wr_rdma(rkey, addr)
+            self.qp.post_send(wr)
+
+    def poll(self, secs=5.0):
+        end = time.time() + secs
+        while time.time() < end:
+            n, wcs = self.cq.poll()
+            if n:
+                return wcs[0]
+            time.sleep(0.001)
+        return None
+
+
+def check(ok, what):
+    print(("ok: " if ok else "FAILED: ") + what)
+    if not ok:
+        sys.exit(1)
+
+
+def pair(a, b, cqe_a=64, srq_b=None, b_rts=True):
+    qa, qb = Qp(a, cqe_a), Qp(b, srq=srq_b)
+    qa.to_init()
+    qb.to_init()
+    qa.to_rtr(qb)
+    qa.to_rts()
+    qb.to_rtr(qa)
+    if b_rts:
+        qb.to_rts()
+    return qa, qb
+
+
+def comm_est(a, b):
+    qa, qb = pair(a, b, b_rts=False)
+    qb.recv()
+    qa.send()
+    check(qa.poll() is not None, "COMM_EST: the Send to a QP in RTR completes")
+    b.event(e.IBV_EVENT_COMM_EST, "COMM_EST on the RTR side")
+
+
+def access_err(a, b):
+    qa, qb = pair(a, b)
+    qa.write(b.mr.rkey ^ 0x80, b.mr.buf)
+    wc = qa.poll()
+    check(wc is not None and wc.status == e.IBV_WC_REM_ACCESS_ERR,
+          "QP_ACCESS_ERR: the writer gets a remote access error (%s)" %
+          (None if wc is None else wc.status))
+    b.event(e.IBV_EVENT_QP_ACCESS_ERR, "QP_ACCESS_ERR on the target")
+
+
+def cq_err(a, b):
+    qa, qb = pair(a, b, cqe_a=1)
+    qa.write(b.mr.rkey, b.mr.buf, n=4)
+    time.sleep(1.0)
+    # Class G: CQ_ERR on the CQ and an affiliated error (QP_FATAL) on the QP, in either order
+    # (the CQ's event is delivered from its own work item).
+    got = a.events(2)
+    check(sorted(got) == sorted([e.IBV_EVENT_CQ_ERR, e.IBV_EVENT_QP_FATAL]),
+          "CQ_ERR and QP_FATAL when the send CQ overflows (events %s)" % got)
+    attr, _ = qa.qp.query(e.IBV_QP_STATE)
+    check(attr.qp_state == e.IBV_QPS_ERR, "the QP entered Error (class G)")
+
+
+def sq_drained(a, b):
+    qa, qb = pair(a, b)
+    qb.recv(4)
+    qa.send(4)
+    at = QPAttr()
+    at.qp_state = e.IBV_QPS_SQD
+    at.en_sqd_async_notify = 1
+    qa.qp.modify(at, e.IBV_QP_STATE | e.IBV_QP_EN_SQD_ASYNC_NOTIFY)
+    time.sleep(0.5)
+    a.event(e.IBV_EVENT_SQ_DRAINED, "SQ_DRAINED after Modify QP to SQD")
+
+
+def srq_events(a, b):
+    srq = SRQ(b.pd, SrqInitAttr(attr=SrqAttr(max_wr=16, max_sge=1)))
+    for _ in range(4):
+        srq.post_recv(RecvWR(num_sge=1, sg=[SGE(b.mr.buf, 4096, b.mr.lkey)]))
+    srq.modify(SrqAttr(srq_limit=3), e.IBV_SRQ_LIMIT)
+    qa, qb = pair(a, b, srq_b=srq)
+    qa.send(2)
+    check(qa.poll() is not None, "SRQ_LIMIT_REACHED: Sends to the SRQ QP complete")
+    time.sleep(0.3)
+    b.event(e.IBV_EVENT_SRQ_LIMIT_REACHED, "SRQ_LIMIT_REACHED when the SRQ falls below 3")
+    at = QPAttr()
+    at.qp_state = e.IBV_QPS_ERR
+    qb.qp.modify(at, e.IBV_QP_STATE)
+    time.sleep(0.3)
+    b.event(e.IBV_EVENT_QP_LAST_WQE_REACHED, "QP_LAST_WQE_REACHED when the SRQ QP enters Error")
+
+
+SCENARIOS = {"comm_est": comm_est, "access_err": access_err, "cq_err": cq_err,
+             "sq_drained": sq_drained, "srq": srq_events}
+
+
+def main():
+    names = sys.argv[5:] or list(SCENARIOS)
+    for n in names:
+        a = Dev(sys.argv[1], int(sys.argv[2]))
+        b = Dev(sys.argv[3], int(sys.argv[4]))
+        SCENARIOS[n](a, b)
+
+
+if __name__ == "__main__":
+    main()
