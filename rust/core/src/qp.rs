@@ -36,7 +36,8 @@ pub struct QpCreate {
     /// Our QP number (24 bits).
     pub qpn: u32,
     /// Receive WQEs come from an SRQ (ACKs then carry credit code 0x1F and entering Error
-    /// raises `QP_LAST_WQE_REACHED`). The SRQ itself is the shell's.
+    /// raises `QP_LAST_WQE_REACHED`). The SRQ itself is the shell's: it posts to this QP's RQ
+    /// the WQEs it hands over, and those still held when the QP enters Error are flushed.
     pub srq: bool,
 }
 
@@ -410,7 +411,7 @@ where
         if t.flush_sq {
             self.flush_sq(out);
         }
-        if t.flush_rq && !self.create.srq {
+        if t.flush_rq {
             self.flush_rq(out);
         }
         if t.last_wqe_reached && self.create.srq {
