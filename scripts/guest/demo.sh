@@ -31,9 +31,34 @@ done
 for d in rvr0 rvr1; do
 	ibv_devinfo -d "$d" 2>/dev/null | grep -q 'state:.*PORT_ACTIVE' || { echo "demo: $d is not PORT_ACTIVE"; rc=1; }
 done
+# Traffic: stock ibv_rc_pingpong with data validation, server on rvr1 (rvB), client on rvr0 (rvA).
+gid_index() {
+	local d=$1 want=$2 f i
+	for f in /sys/class/infiniband/"$d"/ports/1/gids/*; do
+		i=${f##*/}
+		[ "$(cat "$f")" = "$want" ] || continue
+		[ "$(cat "/sys/class/infiniband/$d/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] && { echo "$i"; return 0; }
+	done
+	return 1
+}
+g1=$(gid_index rvr1 0000:0000:0000:0000:0000:ffff:0a4d:0002)
+g0=$(gid_index rvr0 0000:0000:0000:0000:0000:ffff:0a4d:0001)
+if [ -n "$g0" ] && [ -n "$g1" ]; then
+	echo
+	echo "\$ ip netns exec rvB ibv_rc_pingpong -d rvr1 -g $g1 -c -s 65536 -n 100 &"
+	ip netns exec rvB timeout 120 ibv_rc_pingpong -d rvr1 -g "$g1" -c -s 65536 -n 100 &
+	spid=$!
+	for _ in $(seq 1 100); do ip netns exec rvB ss -ltn | grep -q ':18515 ' && break; sleep 0.2; done
+	show ip netns exec rvA timeout 120 ibv_rc_pingpong -d rvr0 -g "$g0" -c -s 65536 -n 100 10.77.0.2 || rc=1
+	wait "$spid" || rc=1
+	show rdma statistic show link rvr0/1 || rc=1
+else
+	echo "demo: no RoCE v2 IPv4 GIDs on rvr0/rvr1"
+	rc=1
+fi
 echo
 if [ "$rc" -eq 0 ]; then
-	echo "demo: rvr0 (netns rvA, veth0) and rvr1 (netns rvB, veth1) are up"
+	echo "demo: rvr0 (netns rvA, veth0) and rvr1 (netns rvB, veth1) are up and moved data with ibv_rc_pingpong"
 else
 	echo "demo: FAILED"
 fi
