@@ -12,6 +12,8 @@ per_test_timeout=${RVRDMA_TEST_TIMEOUT:-300}
 mkdir -p "$results"
 
 # What in the kernel log fails the run.
+# Boot banners of debug kernels that only say a checker is on.
+KLOG_BENIGN='RCU lockdep checking is enabled'
 BAD_KLOG='Oops|WARNING:|BUG:|KASAN|UBSAN|possible circular locking|lockdep|Call Trace|kernel BUG|rust_panic|panicked|general protection fault|soft lockup|hung_task|blocked for more than|refcount_t:'
 
 tests=()
@@ -90,7 +92,7 @@ for t in "${tests[@]}"; do
 		why="exit status $rc"
 		fail=$((fail + 1))
 	fi
-	hits=$(klog_since "$kl_start" | grep -E "$BAD_KLOG")
+	hits=$(klog_since "$kl_start" | grep -E "$BAD_KLOG" | grep -vF "$KLOG_BENIGN")
 	if [ -n "$hits" ]; then
 		klog_bad+=("$name")
 		echo "# kernel log during $name:"
@@ -144,7 +146,7 @@ fi
 if ! dmesg >"$results/dmesg.txt" 2>&1; then
 	klog_bad+=("the kernel log could not be read (dmesg failed)")
 fi
-hits=$(grep -E "$BAD_KLOG" "$results/dmesg.txt")
+hits=$(grep -E "$BAD_KLOG" "$results/dmesg.txt" | grep -vF "$KLOG_BENIGN")
 if [ -n "$hits" ] || [ ${#klog_bad[@]} -gt 0 ]; then
 	echo "# kernel log reports (full log in $results/dmesg.txt):"
 	head -100 <<<"$hits" | diag_lines
