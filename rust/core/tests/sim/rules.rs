@@ -2018,3 +2018,56 @@ fn fuzz_duplicate_read_resent_later_read_from_stale_offset() {
     expect.extend(want(PSN_A + 2));
     assert_eq!(seen, expect);
 }
+
+// ---- transmit window, SRQ flush ----------------------------------------------------------------
+
+#[test]
+fn requester_keeps_at_most_max_unacked_psns_outstanding() {
+    use rvrdma_core::requester::MAX_UNACKED_PSNS;
+    let mut d = Duo::new(Opts::default());
+    // The initial unsolicited ACKs of connection setup are not requests.
+    d.take(0);
+    d.take(1);
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 100 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 100 * MTU))
+        .expect("post");
+    while d.progress(0) > 0 {}
+    let first = d.take(0);
+    assert_eq!(
+        first.len() as u32,
+        MAX_UNACKED_PSNS,
+        "no more than the window before an ACK"
+    );
+    for (h, payload, port) in &first {
+        d.deliver(1, h, payload, *port);
+    }
+    d.flow(1);
+    while d.progress(0) > 0 {}
+    assert_eq!(
+        d.take(0).len(),
+        200 - MAX_UNACKED_PSNS as usize,
+        "the rest after the ACKs"
+    );
+}
+
+#[test]
+fn srq_qp_flushes_the_wqe_it_holds_on_error() {
+    let mut d = Duo::new(Opts {
+        srq: [true, false],
+        ..Opts::default()
+    });
+    // The shell hands the SRQ QP one WQE from the SRQ; the QP then enters Error.
+    d.post_recv(0, 4096).expect("recv");
+    let e = &mut d.e[0];
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("ERR");
+    let c = &d.e[0].out.recv_cqes;
+    assert_eq!(c.len(), 1, "the held WQE completes");
+    assert_eq!(c[0].status, WcStatus::WrFlushErr);
+    assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
+}
