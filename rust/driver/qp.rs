@@ -455,10 +455,13 @@ impl QpShared {
         }
     }
 
-    /// Posts kernel send WRs (any context: only queues work).
-    fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
-        let mut res = Ok(());
-        {
+    /// Posts kernel work requests with `post` under the QP lock (any context: the work item
+    /// transmits them later), then schedules the work item, also after an error.
+    fn post_kernel(
+        self: &Arc<Self>,
+        post: impl FnOnce(&mut CoreQp, &mut QpOut<'_>) -> Result,
+    ) -> Result {
+        let res = {
             let mut g = self.inner.lock();
             let inner = &mut *g;
             let mut out = QpOut::new(
@@ -469,43 +472,34 @@ impl QpShared {
                 &[],
                 None,
             );
-            while let Some(mut wr) = wrs.next_wr()? {
-                if self.sig_all {
-                    wr.flags.0 |= SendFlags::SIGNALED;
-                }
-                if let Err(e) = inner.core.post_send(&wr, &mut out) {
-                    res = Err(post_errno(e));
-                    break;
-                }
-            }
-        }
+            post(&mut inner.core, &mut out)
+        };
         let _ = workqueue::queue().enqueue(self.clone());
         res
     }
 
-    /// Posts kernel receive WRs (any context: only queues work).
-    fn post_kernel_recv(self: &Arc<Self>, wrs: &mut RecvWrList<'_>) -> Result {
-        let mut res = Ok(());
-        {
-            let mut g = self.inner.lock();
-            let inner = &mut *g;
-            let mut out = QpOut::new(
-                self,
-                None,
-                &mut inner.deadlines,
-                &mut inner.pending,
-                &[],
-                None,
-            );
-            while let Some(wr) = wrs.next_wr()? {
-                if let Err(e) = inner.core.post_recv(&wr, &mut out) {
-                    res = Err(post_errno(e));
-                    break;
+    /// Posts kernel send WRs (any context).
+    fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
+        let sig_all = self.sig_all;
+        self.post_kernel(|core, out| {
+            while let Some(mut wr) = wrs.next_wr()? {
+                if sig_all {
+                    wr.flags.0 |= SendFlags::SIGNALED;
                 }
+                core.post_send(&wr, out).map_err(post_errno)?;
             }
-        }
-        let _ = workqueue::queue().enqueue(self.clone());
-        res
+            Ok(())
+        })
+    }
+
+    /// Posts kernel receive WRs (any context).
+    fn post_kernel_recv(self: &Arc<Self>, wrs: &mut RecvWrList<'_>) -> Result {
+        self.post_kernel(|core, out| {
+            while let Some(wr) = wrs.next_wr()? {
+                core.post_recv(&wr, out).map_err(post_errno)?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -220,6 +220,29 @@ pub fn fill_ah_attr(ah: &mut b::rdma_ah_attr, p: &PathAttr) {
     unsafe { ah.__bindgen_anon_1.roce.as_mut().dmac = p.dmac };
 }
 
+/// Converts a kernel caller's scatter/gather list; `EINVAL` beyond [`MAX_SGE`] elements.
+///
+/// # Safety
+///
+/// `list` must point to `num` valid `ib_sge` elements (or `num` must be 0).
+unsafe fn sg_list(list: *const b::ib_sge, num: c_int) -> Result<SgList> {
+    let n = usize::try_from(num).map_err(|_| EINVAL)?;
+    if n > MAX_SGE {
+        return Err(EINVAL);
+    }
+    let mut sges = [Sge::default(); MAX_SGE];
+    for (i, s) in sges.iter_mut().take(n).enumerate() {
+        // SAFETY: `i < num`, and the caller guarantees `num` valid elements.
+        let src = unsafe { &*list.add(i) };
+        *s = Sge {
+            addr: src.addr,
+            length: src.length,
+            lkey: src.lkey,
+        };
+    }
+    SgList::from_slice(&sges[..n]).ok_or(EINVAL)
+}
+
 /// A kernel caller's list of send work requests, consumed front to back.
 pub struct SendWrList<'a> {
     next: *const b::ib_send_wr,
@@ -237,24 +260,12 @@ impl SendWrList<'_> {
         // SAFETY: ib_core passes a valid, NULL-terminated list that lives for the call.
         let wr = unsafe { &*self.next };
         let opcode = SendOpcode::from_u32(wr.opcode).ok_or(EINVAL)?;
-        let nsge = usize::try_from(wr.num_sge).map_err(|_| EINVAL)?;
-        if nsge > MAX_SGE {
-            return Err(EINVAL);
-        }
-        let mut sges = [Sge::default(); MAX_SGE];
-        for (i, s) in sges.iter_mut().take(nsge).enumerate() {
-            // SAFETY: `sg_list` has `num_sge` elements.
-            let src = unsafe { &*wr.sg_list.add(i) };
-            *s = Sge {
-                addr: src.addr,
-                length: src.length,
-                lkey: src.lkey,
-            };
-        }
+        // SAFETY: a kernel caller's `sg_list` holds `num_sge` valid elements.
+        let sg = unsafe { sg_list(wr.sg_list, wr.num_sge)? };
         // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).
         let mut out = SendWr::new(unsafe { *wr.__bindgen_anon_1.wr_id.as_ref() }, opcode);
         out.flags = SendFlags(wr.send_flags as u32);
-        out.sg = SgList::from_slice(&sges[..nsge]).ok_or(EINVAL)?;
+        out.sg = sg;
         // SAFETY: the union member matches the opcode (ib_verbs.h).
         unsafe {
             match opcode {
@@ -308,25 +319,13 @@ impl<'a> RecvWrList<'a> {
         *self.bad = self.next;
         // SAFETY: ib_core passes a valid, NULL-terminated list that lives for the call.
         let wr = unsafe { &*self.next };
-        let nsge = usize::try_from(wr.num_sge).map_err(|_| EINVAL)?;
-        if nsge > MAX_SGE {
-            return Err(EINVAL);
-        }
-        let mut sges = [Sge::default(); MAX_SGE];
-        for (i, s) in sges.iter_mut().take(nsge).enumerate() {
-            // SAFETY: `sg_list` has `num_sge` elements.
-            let src = unsafe { &*wr.sg_list.add(i) };
-            *s = Sge {
-                addr: src.addr,
-                length: src.length,
-                lkey: src.lkey,
-            };
-        }
+        // SAFETY: a kernel caller's `sg_list` holds `num_sge` valid elements.
+        let sg = unsafe { sg_list(wr.sg_list, wr.num_sge)? };
         self.next = wr.next;
         Ok(Some(RecvWr {
             // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).
             wr_id: unsafe { *wr.__bindgen_anon_1.wr_id.as_ref() },
-            sg: SgList::from_slice(&sges[..nsge]).ok_or(EINVAL)?,
+            sg,
         }))
     }
 }

@@ -272,8 +272,8 @@ impl Drop for TunnelRef {
         };
         if let Some(tun) = last {
             tun.release();
-            // SAFETY: process context (documented); no lock is held.
-            unsafe { b::synchronize_rcu() };
+            // Process context (documented); no lock is held.
+            crate::sync::rcu::synchronize();
         }
     }
 }
@@ -389,9 +389,8 @@ pub(crate) fn release_netns_of(ndev: &NetDev) {
 /// Called by the netns core in process context.
 unsafe extern "C" fn net_exit(net: *mut b::net) {
     if release_net(net as usize) {
-        // SAFETY: process context; no lock held. No `encap_rcv` runs on the released sockets
-        // afterwards.
-        unsafe { b::synchronize_rcu() };
+        // Process context, no lock held: afterwards no `encap_rcv` runs on the released sockets.
+        crate::sync::rcu::synchronize();
     }
 }
 
@@ -407,7 +406,7 @@ impl PinnedDrop for PernetRegistration {
             e.tun.release();
         }
         drop(rest);
-        // SAFETY: process context (module exit); waits for `encap_rcv` callers.
-        unsafe { b::synchronize_rcu() };
+        // Process context (module exit): waits for `encap_rcv` callers.
+        crate::sync::rcu::synchronize();
     }
 }

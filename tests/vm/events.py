@@ -12,127 +12,20 @@ import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
-from pyverbs.device import Context
-from pyverbs.mr import MR
-from pyverbs.pd import PD
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QPAttr
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
-from pyverbs.wr import SGE, RecvWR, SendWR
+from pyverbs.wr import SGE, RecvWR
 
-ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
-
-
-class Dev:
-    def __init__(self, name, gid_index):
-        self.ctx = Context(name=name)
-        self.gid_index = gid_index
-        self.gid = self.ctx.query_gid(1, gid_index)
-        self.pd = PD(self.ctx)
-        self.mr = MR(self.pd, 65536, ACCESS)
-
-    def event(self, want, what):
-        """The next async event of this context (already queued: the call does not block then;
-        if it never comes the test's timeout fails it)."""
-        ev = self.ctx.get_async_event()
-        got = ev.event_type
-        ev.ack()
-        check(got == want, "%s: event %d (want %d)" % (what, got, want))
-
-
-    def events(self, n):
-        """The next `n` async event types of this context."""
-        got = []
-        for _ in range(n):
-            ev = self.ctx.get_async_event()
-            got.append(ev.event_type)
-            ev.ack()
-        return got
-
-
-class Qp:
-    def __init__(self, dev, cqe=64, srq=None):
-        self.dev = dev
-        self.cq = CQ(dev.ctx, cqe)
-        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
-        kw = dict(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
-        if srq is not None:
-            kw["srq"] = srq
-        self.qp = QP(dev.pd, QPInitAttr(**kw))
-
-    def to_init(self):
-        a = QPAttr()
-        a.qp_state = e.IBV_QPS_INIT
-        a.pkey_index = 0
-        a.port_num = 1
-        a.qp_access_flags = ACCESS
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
-                       e.IBV_QP_ACCESS_FLAGS)
-
-    def to_rtr(self, peer):
-        a = QPAttr()
-        a.qp_state = e.IBV_QPS_RTR
-        a.path_mtu = e.IBV_MTU_1024
-        a.dest_qp_num = peer.qp.qp_num
-        a.rq_psn = 0
-        a.max_dest_rd_atomic = 4
-        a.min_rnr_timer = 1
-        gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=self.dev.gid_index)
-        a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-                       e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
-
-    def to_rts(self):
-        a = QPAttr()
-        a.qp_state = e.IBV_QPS_RTS
-        a.timeout = 14
-        a.retry_cnt = 7
-        a.rnr_retry = 7
-        a.sq_psn = 0
-        a.max_rd_atomic = 4
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
-                       e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
-
-    def recv(self, n=1):
-        for _ in range(n):
-            self.qp.post_recv(RecvWR(num_sge=1, sg=[SGE(self.dev.mr.buf, 4096, self.dev.mr.lkey)]))
-
-    def send(self, n=1):
-        for _ in range(n):
-            self.qp.post_send(SendWR(opcode=e.IBV_WR_SEND, num_sge=1,
-                                     sg=[SGE(self.dev.mr.buf, 64, self.dev.mr.lkey)]))
-
-    def write(self, rkey, addr, n=1):
-        for _ in range(n):
-            wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                        sg=[SGE(self.dev.mr.buf, 64, self.dev.mr.lkey)])
-            wr.set_wr_rdma(rkey, addr)
-            self.qp.post_send(wr)
-
-    def poll(self, secs=5.0):
-        end = time.time() + secs
-        while time.time() < end:
-            n, wcs = self.cq.poll()
-            if n:
-                return wcs[0]
-            time.sleep(0.001)
-        return None
-
-
-def check(ok, what):
-    print(("ok: " if ok else "FAILED: ") + what)
-    if not ok:
-        sys.exit(1)
+from rcpair import Dev, Qp, check
 
 
 def pair(a, b, cqe_a=64, srq_b=None, b_rts=True):
     qa, qb = Qp(a, cqe_a), Qp(b, srq=srq_b)
     qa.to_init()
     qb.to_init()
-    qa.to_rtr(qb)
+    qa.to_rtr(qb, min_rnr_timer=1)
     qa.to_rts()
-    qb.to_rtr(qa)
+    qb.to_rtr(qa, min_rnr_timer=1)
     if b_rts:
         qb.to_rts()
     return qa, qb

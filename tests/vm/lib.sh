@@ -315,42 +315,33 @@ PP_PORT=18515
 # CDEV in the other one, over RoCE v2 GIDs of SADDR/CADDR; ARGS go to both sides. Succeeds when
 # both sides exit 0. Each run uses a fresh TCP port. The examples exchange QP information over
 # TCP, whose server listens on IPv4 only: with IPv6 GIDs set PP_CONNECT to the server's IPv4.
-pp_run() {
-	local prog=$1 sdev=$2 saddr=$3 cdev=$4 caddr=$5 gs gc spid rc=1 port sns cns
-	shift 5
-	gs=$(sysfs_gid_index "$sdev" "$(gid_full "$saddr")" "RoCE v2") || { echo "no RoCE v2 GID for $saddr on $sdev"; return 1; }
-	gc=$(sysfs_gid_index "$cdev" "$(gid_full "$caddr")" "RoCE v2") || { echo "no RoCE v2 GID for $caddr on $cdev"; return 1; }
-	PP_PORT=$((PP_PORT + 1))
-	port=$PP_PORT
-	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -g "$gs" -p "$port" "$@" &
-	spid=$!
-	if ! wait_for 30 eval "ip netns exec $sns ss -ltn | grep -q ':$port '"; then
-		kill "$spid" 2>/dev/null
-		return 1
-	fi
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -g "$gc" -p "$port" "$@" "${PP_CONNECT:-$saddr}" && rc=0
-	wait "$spid" || rc=1
-	return "$rc"
-}
+pp_run() { ex_run -g /dev/stdout "$@"; }
 
 # pf_run PROG SDEV SADDR CDEV CADDR [ARGS...]: a perftest program (ib_send_bw, ...) as pp_run
-# runs the rdma-core examples (perftest names the GID index -x). Its output goes to stdout.
+# runs the rdma-core examples (perftest names the GID index -x and takes -F). The server's output
+# goes to $PF_SERVER_OUT (default: discarded), the client's to stdout.
 pf_run() {
-	local prog=$1 sdev=$2 saddr=$3 cdev=$4 caddr=$5 gs gc spid rc=1 port sns cns
-	shift 5
+	local prog=$1
+	shift
+	ex_run -x "${PF_SERVER_OUT:-/dev/null}" "$prog" "$@" -F
+}
+
+# ex_run GIDFLAG SERVER_OUT PROG SDEV SADDR CDEV CADDR [ARGS...]: what pp_run and pf_run share.
+ex_run() {
+	local gflag=$1 sout=$2 prog=$3 sdev=$4 saddr=$5 cdev=$6 caddr=$7 gs gc spid rc=1 port sns cns
+	shift 7
 	gs=$(sysfs_gid_index "$sdev" "$(gid_full "$saddr")" "RoCE v2") || { echo "no RoCE v2 GID for $saddr on $sdev"; return 1; }
 	gc=$(sysfs_gid_index "$cdev" "$(gid_full "$caddr")" "RoCE v2") || { echo "no RoCE v2 GID for $caddr on $cdev"; return 1; }
 	PP_PORT=$((PP_PORT + 1))
 	port=$PP_PORT
 	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -x "$gs" -p "$port" -F "$@" >"${PF_SERVER_OUT:-/dev/null}" 2>&1 &
+	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
 	spid=$!
 	if ! wait_for 30 eval "ip netns exec $sns ss -ltn | grep -q ':$port '"; then
 		kill "$spid" 2>/dev/null
 		return 1
 	fi
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -x "$gc" -p "$port" -F "$@" "${PP_CONNECT:-$saddr}" && rc=0
+	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" "$gflag" "$gc" -p "$port" "$@" "${PP_CONNECT:-$saddr}" && rc=0
 	wait "$spid" || rc=1
 	return "$rc"
 }

@@ -1,0 +1,130 @@
+"""Shared by the pyverbs tests: a device side (context, PD, MR) and RC QPs connected to each
+other over the veth pair, with stock pyverbs only."""
+import sys
+import time
+
+import pyverbs.enums as e
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+
+
+def check(ok, what):
+    """Prints one result line; exits 1 on failure."""
+    print(("ok: " if ok else "FAILED: ") + what)
+    if not ok:
+        sys.exit(1)
+
+
+class Dev:
+    """An opened device with a PD and a 64 KiB MR."""
+
+    def __init__(self, name, gid_index, access=ACCESS):
+        self.ctx = Context(name=name)
+        self.gid_index = gid_index
+        self.gid = self.ctx.query_gid(1, gid_index)
+        self.pd = PD(self.ctx)
+        self.mr = MR(self.pd, 65536, access)
+
+    def events(self, n):
+        """The next `n` async event types (already queued, so the call does not block; if one
+        never comes the caller's timeout fails the test)."""
+        got = []
+        for _ in range(n):
+            ev = self.ctx.get_async_event()
+            got.append(ev.event_type)
+            ev.ack()
+        return got
+
+    def event(self, want, what):
+        """Checks that the next async event is `want`."""
+        got = self.events(1)[0]
+        check(got == want, "%s: event %d (want %d)" % (what, got, want))
+
+
+class Qp:
+    """An RC QP with its own CQ (send and receive)."""
+
+    def __init__(self, dev, cqe=64, srq=None):
+        self.dev = dev
+        self.cq = CQ(dev.ctx, cqe)
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+        kw = dict(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
+        if srq is not None:
+            kw["srq"] = srq
+        self.qp = QP(dev.pd, QPInitAttr(**kw))
+
+    def to_init(self):
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_INIT
+        a.pkey_index = 0
+        a.port_num = 1
+        a.qp_access_flags = ACCESS
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
+                       e.IBV_QP_ACCESS_FLAGS)
+
+    def to_rtr(self, peer, min_rnr_timer=12):
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_RTR
+        a.path_mtu = e.IBV_MTU_1024
+        a.dest_qp_num = peer.qp.qp_num
+        a.rq_psn = 0
+        a.max_dest_rd_atomic = 4
+        a.min_rnr_timer = min_rnr_timer
+        gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=self.dev.gid_index)
+        a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
+                       e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+
+    def to_rts(self, timeout=14, retry_cnt=7, rnr_retry=7):
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_RTS
+        a.timeout = timeout
+        a.retry_cnt = retry_cnt
+        a.rnr_retry = rnr_retry
+        a.sq_psn = 0
+        a.max_rd_atomic = 4
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
+                       e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+
+    def connect(self, peer, **rts):
+        """Reset -> Init -> RTR -> RTS towards `peer`."""
+        self.to_init()
+        self.to_rtr(peer)
+        self.to_rts(**rts)
+
+    def recv(self, n=1, length=4096):
+        for _ in range(n):
+            self.qp.post_recv(RecvWR(num_sge=1,
+                                     sg=[SGE(self.dev.mr.buf, length, self.dev.mr.lkey)]))
+
+    def send_wr(self, length=64):
+        return SendWR(opcode=e.IBV_WR_SEND, num_sge=1,
+                      sg=[SGE(self.dev.mr.buf, length, self.dev.mr.lkey)])
+
+    def send(self, n=1, length=64):
+        for _ in range(n):
+            self.qp.post_send(self.send_wr(length))
+
+    def write(self, rkey, addr, n=1):
+        for _ in range(n):
+            wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                        sg=[SGE(self.dev.mr.buf, 64, self.dev.mr.lkey)])
+            wr.set_wr_rdma(rkey, addr)
+            self.qp.post_send(wr)
+
+    def poll(self, secs=5.0):
+        """The next completion, or None after `secs`."""
+        end = time.time() + secs
+        while time.time() < end:
+            n, wcs = self.cq.poll()
+            if n:
+                return wcs[0]
+            time.sleep(0.001)
+        return None
