@@ -43,6 +43,8 @@ pub struct RvrDevice {
     ports: KVec<Port>,
     /// The identity of the next PD.
     pub(crate) next_pd_id: AtomicU32,
+    /// PDs allocated and not yet freed: every user of the device holds one.
+    pub(crate) live_pds: AtomicU32,
     /// The datapath state shared with QPs, work items and the receive path.
     pub(crate) shared: Arc<DevShared>,
     /// The memory regions.
@@ -69,6 +71,7 @@ impl RvrDevice {
         Ok(Self {
             ports,
             next_pd_id: AtomicU32::new(1),
+            live_pds: AtomicU32::new(0),
             shared: DevShared::new(netdevs, mrs.clone())?,
             mrs,
         })
@@ -84,6 +87,17 @@ impl RvrDevice {
     pub fn port_of(&self, ndev: &NetDev) -> Option<u32> {
         let i = self.ports.iter().position(|p| p.ndev.is(ndev))?;
         u32::try_from(i + 1).ok()
+    }
+
+    /// Whether anybody uses the device (holds a PD).
+    pub fn in_use(&self) -> bool {
+        self.live_pds.load(Ordering::Relaxed) != 0
+    }
+
+    /// A reference to the net device of `port` (1-based), unless it is unregistering.
+    pub fn port_netdev(&self, port: u32) -> Option<NetDevRef> {
+        let p = self.port(port).ok()?;
+        (!p.gone.load(Ordering::Acquire)).then(|| p.ndev.hold())
     }
 
     /// Marks the port on `ndev` as gone (its net device is unregistering).
@@ -122,8 +136,12 @@ impl IbDriver for RvrDevice {
         a.hw_ver = 0;
         a.max_qp = datapath::MAX_QPS as i32;
         a.max_qp_wr = 0x4000;
+        // Automatic Path Migration works between the ports of a two-port device (issue 5). On a
+        // RoCE port ib_core loads an alternate path only for a device with this flag, and only
+        // with kernel/patches/0001 applied (README, "Path migration").
         a.device_cap_flags = (b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
-            | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID) as u64;
+            | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID
+            | b::ib_device_cap_flags_IB_DEVICE_AUTO_PATH_MIG) as u64;
         a.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
         a.max_send_sge = super::qp::MAX_SGE as i32;
         a.max_recv_sge = super::qp::MAX_SGE as i32;
@@ -163,7 +181,8 @@ impl IbDriver for RvrDevice {
         a.phys_mtu = ndev.mtu();
         a.gid_tbl_len = GID_TABLE_LEN;
         a.set_ip_gids(1);
-        a.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+        a.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP
+            | b::ib_port_capability_mask_bits_IB_PORT_AUTO_MIGR_SUP;
         a.max_msg_sz = MAX_MSG_SIZE;
         a.pkey_tbl_len = 1;
         a.max_vl_num = 1;
@@ -196,11 +215,7 @@ impl IbDriver for RvrDevice {
     }
 
     fn get_netdev(dev: &Device<Self>, port: u32) -> Option<NetDevRef> {
-        let p = dev.data().port(port).ok()?;
-        if p.gone.load(Ordering::Acquire) {
-            return None;
-        }
-        Some(p.ndev.hold())
+        dev.data().port_netdev(port)
     }
 
     fn allocated(dev: &Device<Self>) -> Result {

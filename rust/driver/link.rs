@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `rdma link add NAME type rvrdma netdev DEV`, and netdev removal.
+//! `rdma link add NAME type rvrdma netdev DEV` (again with the same NAME for port 2), and netdev
+//! removal.
 
-use super::device::{RvrDevice, DRIVER_ID, UVERBS_ABI_VER};
+use super::device::{RvrDevice, DRIVER_ID, MAX_PORTS, UVERBS_ABI_VER};
 use super::registry;
-use crate::ib::device::{self, DeviceParams, IbDeviceRef};
+use crate::ib::device::{self, DeviceParams, IbDeviceRef, PinnedDevice};
 use crate::ib::link::LinkDriver;
 use crate::net::netdev::NetDev;
 use crate::net::notifier::{NetdevEvent, NetdevHandler};
@@ -32,21 +33,78 @@ impl LinkDriver for RvrLink {
             pr_err!("{} already has an RDMA device\n", ndev.name());
             return Err(EEXIST);
         }
-        let data = RvrDevice::new(&[ndev])?;
-        let params = DeviceParams {
-            name,
-            nports: data.nports(),
-            node_guid: ndev.eui64(),
-            driver_id: DRIVER_ID,
-            uverbs_abi_ver: UVERBS_ABI_VER,
-        };
-        device::register(&crate::THIS_MODULE, &params, data).inspect_err(|e| {
-            if *e == EEXIST {
-                pr_err!("an RDMA device named {} already exists\n", name);
+        // A second `rdma link add` naming an existing rvrdma device adds port 2 (issue 5).
+        if let Some(found) = registry::with_device_named(name, |dev| {
+            let d = dev.data();
+            if d.nports() as usize >= MAX_PORTS {
+                pr_err!("{} already has {} ports\n", name, MAX_PORTS);
+                return Err(EEXIST);
             }
-        })?;
+            if d.in_use() {
+                pr_err!("{} is in use: add its second port before opening it\n", name);
+                return Err(EBUSY);
+            }
+            let first = d.port_netdev(1).ok_or(ENODEV)?;
+            Ok((registry::pin(dev), first))
+        }) {
+            let (pinned, first) = found?;
+            return add_port(name, pinned, &first, ndev);
+        }
+        create(name, &[ndev])?;
         pr_info!("{} created on {}\n", name, ndev.name());
         Ok(())
+    }
+}
+
+/// Registers a new device called `name` on `netdevs` (port 1 first).
+fn create(name: &CStr, netdevs: &[&NetDev]) -> Result {
+    let data = RvrDevice::new(netdevs)?;
+    let params = DeviceParams {
+        name,
+        nports: data.nports(),
+        node_guid: netdevs[0].eui64(),
+        driver_id: DRIVER_ID,
+        uverbs_abi_ver: UVERBS_ABI_VER,
+    };
+    device::register(&crate::THIS_MODULE, &params, data).inspect_err(|e| {
+        if *e == EEXIST {
+            pr_err!("an RDMA device named {} already exists\n", name);
+        }
+    })
+}
+
+/// Replaces the one-port device `old` (on `first`) by a two-port device of the same name on
+/// `first` and `second`. ib_core fixes a device's port count at registration, so the device is
+/// registered again; nobody uses it (checked by the caller).
+fn add_port(name: &CStr, old: PinnedDevice, first: &NetDev, second: &NetDev) -> Result {
+    old.unregister();
+    if registry::contains(&old) {
+        pr_err!("{} did not go away; port 2 not added\n", name);
+        return Err(EBUSY);
+    }
+    drop(old);
+    match create(name, &[first, second]) {
+        Ok(()) => {
+            pr_info!(
+                "{} now has two ports: {} and {}\n",
+                name,
+                first.name(),
+                second.name()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            // Put the one-port device back as it was.
+            let back = create(name, &[first]);
+            pr_err!(
+                "{}: adding port 2 on {} failed ({:?}); one-port device restored: {}\n",
+                name,
+                second.name(),
+                e,
+                back.is_ok()
+            );
+            Err(e)
+        }
     }
 }
 

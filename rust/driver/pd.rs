@@ -18,8 +18,11 @@ impl PdVerbs for RvrDevice {
 
     fn alloc_pd(dev: &Device<Self>, _udata: Option<&mut Udata<'_>>) -> Result<RvrPd> {
         let id = dev.data().next_pd_id.fetch_add(1, Ordering::Relaxed);
+        dev.data().live_pds.fetch_add(1, Ordering::Relaxed);
         Ok(RvrPd { id })
     }
 
-    fn dealloc_pd(_dev: &Device<Self>, _pd: RvrPd) {}
+    fn dealloc_pd(dev: &Device<Self>, _pd: RvrPd) {
+        dev.data().live_pds.fetch_sub(1, Ordering::Relaxed);
+    }
 }

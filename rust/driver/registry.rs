@@ -5,7 +5,7 @@
 //! shares our driver id, so `ib_unregister_driver()` is not an option).
 
 use super::device::RvrDevice;
-use crate::ib::device::{Device, Registry};
+use crate::ib::device::{Device, PinnedDevice, Registry};
 use crate::net::netdev::NetDev;
 use kernel::prelude::*;
 
@@ -38,6 +38,22 @@ pub fn remove(dev: &Device<RvrDevice>) {
 pub fn with_device_of<R>(ndev: &NetDev, f: impl FnOnce(&Device<RvrDevice>) -> R) -> Option<R> {
     let list = DEVICES.lock();
     list.find(|d| d.data().port_of(ndev).is_some()).map(f)
+}
+
+/// Runs `f` on the rvrdma device called `name`, if any, with the registry locked.
+pub fn with_device_named<R>(name: &CStr, f: impl FnOnce(&Device<RvrDevice>) -> R) -> Option<R> {
+    let list = DEVICES.lock();
+    list.find(|d| d.name() == name).map(f)
+}
+
+/// Pins `dev` (for unregistration after the registry lock is dropped).
+pub fn pin(dev: &Device<RvrDevice>) -> PinnedDevice {
+    Registry::pin(dev)
+}
+
+/// Whether `pinned` is still listed (not yet released by ib_core).
+pub fn contains(pinned: &PinnedDevice) -> bool {
+    DEVICES.lock().contains(pinned)
 }
 
 /// Unregisters every device still listed, one at a time; returns when all are gone.

@@ -290,11 +290,17 @@ impl<T: IbDriver> Registry<T> {
     /// Keeps the last listed device's memory alive past the lock (for unregistration).
     pub fn pin_last(&self) -> Option<PinnedDevice> {
         let e = self.list.last()?;
-        // SAFETY: the entry is live (type invariant); `get_device` takes a kobject reference
-        // that keeps its memory allocated until `put_device`.
-        unsafe { b::rvr_ib_device_pin(e.as_ptr()) };
+        // SAFETY: the entry is live (type invariant): a device of `T` with data.
+        Some(Self::pin(unsafe { Device::<T>::from_raw(e.as_ptr()) }))
+    }
+
+    /// Keeps `dev`'s memory alive past the lock (for unregistration).
+    pub fn pin(dev: &Device<T>) -> PinnedDevice {
+        // SAFETY: `dev` is live; `get_device` takes a kobject reference that keeps its memory
+        // allocated until `put_device`.
+        unsafe { b::rvr_ib_device_pin(dev.as_raw()) };
         // INVARIANT: we hold a kobject reference.
-        Some(PinnedDevice(*e))
+        PinnedDevice(NonNull::from(&dev.0).cast())
     }
 
     /// Frees the list's storage once it is empty (the registry of a module lives in a static,
