@@ -41,7 +41,10 @@ impl LinkDriver for RvrLink {
                 return Err(EEXIST);
             }
             if d.in_use() {
-                pr_err!("{} is in use: add its second port before opening it\n", name);
+                pr_err!(
+                    "{} is in use: add its second port before opening it\n",
+                    name
+                );
                 return Err(EBUSY);
             }
             let first = d.port_netdev(1).ok_or(ENODEV)?;
