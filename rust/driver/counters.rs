@@ -82,6 +82,8 @@ counters! {
     retry_rnr_exceeded_err,
     /// Path migrations.
     path_migrations,
+    /// Migration requests dropped for not matching the alternate path (PATH_MIG_ERR).
+    path_mig_errors,
     /// Packets dropped by a QP (state, header or path checks).
     qp_dropped,
     /// Packets dropped for a bad ICRC.
@@ -156,6 +158,7 @@ impl Counters {
             last.sq.duplicate_responses,
         );
         add(&self.path_migrations, now.migrations, last.migrations);
+        add(&self.path_mig_errors, now.mig_errors, last.mig_errors);
         add(&self.qp_dropped, now.dropped, last.dropped);
         *last = *now;
     }

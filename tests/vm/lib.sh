@@ -290,11 +290,12 @@ gid_full() {
 	printf '%04x:%04x:%04x:%04x:%04x:%04x:%04x:%04x\n' "${grp[@]/#/0x}"
 }
 
-# sysfs_gid_index DEV GID TYPE: prints the index of GID with gid type TYPE ("RoCE v2") on port 1.
-# One grep over the table (it has up to 1024 entries: a process per entry is minutes under TCG).
+# sysfs_gid_index DEV GID TYPE [PORT]: prints the index of GID with gid type TYPE ("RoCE v2") on
+# PORT (default 1). One grep over the table (it has up to 1024 entries: a process per entry is
+# minutes under TCG).
 sysfs_gid_index() {
 	local dev=$1 gid=$2 type=$3 f i
-	local port=/sys/class/infiniband/$dev/ports/1
+	local port=/sys/class/infiniband/$dev/ports/${4:-1}
 	while IFS= read -r f; do
 		i=${f##*/}
 		[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" = "$type" ] || continue
@@ -304,7 +305,8 @@ sysfs_gid_index() {
 	return 1
 }
 
-has_gid() { sysfs_gid_index "$1" "$(gid_full "$2")" "RoCE v2" >/dev/null; }
+# has_gid DEV ADDR [PORT]
+has_gid() { sysfs_gid_index "$1" "$(gid_full "$2")" "RoCE v2" "${3:-1}" >/dev/null; }
 has_no_gid() { ! has_gid "$@"; }
 
 # ---- traffic -------------------------------------------------------------------------------------

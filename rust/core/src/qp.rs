@@ -133,6 +133,8 @@ pub struct QpCounters {
     pub dropped: u64,
     /// Path migrations.
     pub migrations: u64,
+    /// Migration requests dropped because they did not match the alternate path.
+    pub mig_errors: u64,
 }
 
 /// Default number of packets `progress` sends per call when the caller has no budget in mind.
@@ -149,6 +151,10 @@ pub struct Qp<S, R> {
     attrs: QpAttrs,
     dropped: u64,
     migrations: u64,
+    mig_errors: u64,
+    /// PATH_MIG_ERR was raised since the QP last armed or migrated (reported once, see
+    /// `receive`).
+    mig_err_reported: bool,
 }
 
 fn mtu_bytes(v: u8) -> Option<u32> {
@@ -182,6 +188,8 @@ where
             attrs: QpAttrs::default(),
             dropped: 0,
             migrations: 0,
+            mig_errors: 0,
+            mig_err_reported: false,
         })
     }
 
@@ -207,6 +215,7 @@ where
             rq: *self.rq.counters(),
             dropped: self.dropped,
             migrations: self.migrations,
+            mig_errors: self.mig_errors,
         }
     }
 
@@ -335,6 +344,9 @@ where
             self.rq.config_mut().ud = self.create.qp_type == QpType::Ud;
         }
         self.apply_attrs(attrs, mask);
+        if alt.is_some() || mig.is_some() {
+            self.mig_err_reported = false;
+        }
         match self.apm.modify(next, alt, mig) {
             Ok(ApmModify::Migrated(m)) => self.on_migration(&m, out),
             Ok(_) => {}
@@ -430,6 +442,7 @@ where
 
     fn on_migration<O: Outputs>(&mut self, m: &Migration, out: &mut O) {
         self.migrations = self.migrations.wrapping_add(1);
+        self.mig_err_reported = false;
         self.sq.config_mut().timeout = self.apm.primary().timeout;
         out.async_event(AsyncEvent::PathMig, None);
         // Seed 000 step 5 reloads the retry count for local triggers. We do it for a peer's
@@ -602,8 +615,16 @@ where
             RxVerdict::Accept | RxVerdict::AcceptArmed => {}
             RxVerdict::AcceptMigrated(m) => self.on_migration(&m, out),
             RxVerdict::DropPathMigErr => {
+                // Seed 000 step 6 reports every miscompare. We report the first one after each
+                // arming or migration and count the rest: a peer retransmitting a bad request
+                // (or a hostile one) would otherwise queue one event per packet, without
+                // bound, in the owner's event queue.
                 self.dropped = self.dropped.wrapping_add(1);
-                out.async_event(AsyncEvent::PathMigErr, None);
+                self.mig_errors = self.mig_errors.wrapping_add(1);
+                if !self.mig_err_reported {
+                    self.mig_err_reported = true;
+                    out.async_event(AsyncEvent::PathMigErr, None);
+                }
                 return;
             }
             RxVerdict::Drop => {

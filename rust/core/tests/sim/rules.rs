@@ -1329,6 +1329,46 @@ fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
 }
 
 #[test]
+fn seed000_repeated_migreq_mismatch_reports_once_per_arming() {
+    let mut d = armed_duo();
+    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
+    h.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 1,
+    });
+    h.bth.mig_req = true;
+    let count = |d: &Duo| {
+        d.e[1]
+            .out
+            .events
+            .iter()
+            .filter(|(e, _)| *e == AsyncEvent::PathMigErr)
+            .count()
+    };
+    // A retransmitted bad request: every copy is dropped and counted, one event is raised (a
+    // peer must not be able to queue events without bound).
+    for _ in 0..5 {
+        d.deliver(1, &h, &[1], 1);
+    }
+    assert_eq!(count(&d), 1);
+    assert_eq!(d.e[1].qp.counters().mig_errors, 5);
+    assert!(d.take(1).is_empty(), "all silently dropped");
+    // Loading an alternate path again (allowed while Armed: it replaces the old one) re-enables
+    // the report.
+    let e = &mut d.e[1];
+    let a = QpAttrs {
+        alt_path: e.paths[1],
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::ALT_PATH, &mut e.out)
+        .expect("load alternate path");
+    assert_eq!(d.e[1].qp.mig_state(), MigState::Armed);
+    d.deliver(1, &h, &[1], 1);
+    assert_eq!(count(&d), 2);
+}
+
+#[test]
 fn seed000_migreq_match_migrates_the_responder() {
     let mut d = armed_duo();
     d.take(1);

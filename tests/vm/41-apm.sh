@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Automatic Path Migration across two links (issue 5): two-port devices made by a second
+# `rdma link add`, the capability as user space sees it, and the migration scenarios of
+# tests/vm/apm.py (link cut with failover and migration back, the same with tc netem 100% loss,
+# migration by command, a MigReq
+# from the wrong address (PATH_MIG_ERR), and a link cut with no alternate path).
+. "$(dirname "$0")/lib.sh"
+
+scenarios=(failover failover_netem command mig_err no_alt)
+ktap_print_header
+ktap_set_plan $((5 + ${#scenarios[@]}))
+dut_setup 2
+a=${DUT}0 b=${DUT}1
+link_add "$a" veth0 && link_add "$b" veth1 || fail_rest "rdma link add: $LINK_OUT"
+link_add "$a" veth2
+check "a second 'rdma link add $a ... netdev veth2' adds port 2" test "$(ls /sys/class/infiniband/$a/ports 2>/dev/null | tr '\n' ' ')" = "1 2 "
+diag "$LINK_OUT"
+link_add "$b" veth3 || fail_rest "rdma link add $b netdev veth3: $LINK_OUT"
+check "rdma link (in rvA) shows both ports with their netdevs" eval \
+	'in_a rdma link show | grep -q "link $a/1 .* netdev veth0" && in_a rdma link show | grep -q "link $a/2 .* netdev veth2"'
+check_not "a third netdev is refused" link_add "$a" lo
+# port_cap_flags_ok: every port advertises IB_PORT_AUTO_MIGR_SUP (0x20).
+port_cap_flags_ok() {
+	local f n=0
+	for f in $(ibv_devinfo -v -d "$a" | awk '/port_cap_flags:/{print $2}'); do
+		[ $((f & 0x20)) -ne 0 ] || return 1
+		n=$((n + 1))
+	done
+	[ "$n" -eq 2 ]
+}
+check "ibv_devinfo -v: device cap AUTO_PATH_MIG, port cap AUTO_MIGR_SUP on both ports" eval \
+	"ibv_devinfo -v -d $a | grep -q AUTO_PATH_MIG && port_cap_flags_ok"
+ok=1
+for d in "$a:10.77.0.1:1" "$a:10.77.1.1:2" "$b:10.77.0.2:1" "$b:10.77.1.2:2"; do
+	IFS=: read -r dev addr port <<<"$d"
+	wait_for "$RVRDMA_WAIT" has_gid "$dev" "$addr" "$port" || ok=0
+done
+result "GIDs on both ports of both devices" $((1 - ok))
+for s in "${scenarios[@]}"; do
+	out=$(NS_A=$NS_A NS_B=$NS_B timeout 300 $PY "$RVRDMA_TESTS_DIR/apm.py" "$a" "$b" "$s" 2>&1)
+	rc=$?
+	diag "$out"
+	result "path migration: $s" "$rc" ""
+done
+ktap_finished
