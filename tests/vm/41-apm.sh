@@ -2,8 +2,8 @@
 # Automatic Path Migration across two links (issue 5): two-port devices made by a second
 # `rdma link add`, the capability as user space sees it, and the migration scenarios of
 # tests/vm/apm.py (link cut with failover and migration back, the same with tc netem 100% loss,
-# migration by command, a MigReq
-# from the wrong address (PATH_MIG_ERR), and a link cut with no alternate path).
+# migration by command, a MigReq from the wrong address (PATH_MIG_ERR), and a link cut with no
+# alternate path).
 . "$(dirname "$0")/lib.sh"
 
 scenarios=(failover failover_netem command mig_err no_alt)

@@ -409,12 +409,11 @@ def failover_netem(a, b):
     b.connect(a, alt_port=2)
     s = Stream(a, b)
     arm(a, b, s)
-    netem = ["qdisc", "add", "dev", LINK[1], "root", "netem", "loss", "100%"]
+    netem = ["tc", "-n", NS["a"], "qdisc", "add", "dev", LINK[1], "root", "netem", "loss", "100%"]
     try:
-        migrate_on_cut(a, b, s, 1, 1, cut=lambda: ip(NS["a"], *netem))
+        migrate_on_cut(a, b, s, 1, 1, cut=lambda: subprocess.run(netem, check=True))
         check(a.count(e.IBV_EVENT_PORT_ERR) == 0, "no PORT_ERR: the link stayed up")
     finally:
-        subprocess.run(["ip", "-n", NS["a"], "link", "set", LINK[1], "up"])
         subprocess.run(["tc", "-n", NS["a"], "qdisc", "del", "dev", LINK[1], "root"])
 
 
