@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Affiliated async events seen from user space (pyverbs get_async_event), each forced by a real
-# scenario (see tests/vm/events.py): COMM_EST, QP_ACCESS_ERR, CQ_ERR (+ QP_FATAL, QP in Error),
-# SQ_DRAINED, SRQ_LIMIT_REACHED, QP_LAST_WQE_REACHED. Port events: 04-port-events.
+# scenario (see tests/vm/events.py): COMM_EST, QP_ACCESS_ERR, QP_REQ_ERR, CQ_ERR (+ QP_FATAL, QP
+# in Error; send and receive CQs), SQ_DRAINED, SRQ_LIMIT_REACHED, QP_LAST_WQE_REACHED. Port
+# events: 04-port-events; PATH_MIG and PATH_MIG_ERR: 41-apm.
 . "$(dirname "$0")/lib.sh"
 
-scenarios=(comm_est access_err cq_err sq_drained srq)
+scenarios=(comm_est access_err req_err cq_err rq_cq_err sq_drained srq)
 ktap_print_header
 ktap_set_plan ${#scenarios[@]}
 dut_setup 1

@@ -36,6 +36,8 @@ from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
+from rcpair import event_fds
+
 NS = {"a": os.environ.get("NS_A", "rvA"), "b": os.environ.get("NS_B", "rvB")}
 ADDR = {("a", 1): "10.77.0.1", ("a", 2): "10.77.1.1", ("b", 1): "10.77.0.2", ("b", 2): "10.77.1.2"}
 LINK = {1: "veth0", 2: "veth2"}  # the rvA end of each link
@@ -62,18 +64,6 @@ def check(ok, what):
 def fatal(what):
     check(False, what)
     sys.exit(1)
-
-
-def event_fds():
-    """The async event fds ("[infinibandevent]") this process has open."""
-    fds = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if "infinibandevent" in os.readlink("/proc/self/fd/" + fd):
-                fds.add(int(fd))
-        except OSError:
-            pass
-    return fds
 
 
 def gid_index(side_name, ctx, port, addr):

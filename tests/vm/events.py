@@ -3,8 +3,11 @@
 by a real scenario between two RC QPs on two devices connected over the veth pair:
   COMM_EST            a Send reaches a QP still in RTR
   QP_ACCESS_ERR       the peer writes with a wrong R_Key (and gets a remote access error)
-  CQ_ERR              a CQ too small for the completions (with QP_FATAL; the QP enters Error)
-  SQ_DRAINED          Modify QP to SQD with en_sqd_async_notify, once the SQ is drained
+  QP_REQ_ERR          the peer writes to a QP that does not allow remote writes (invalid request)
+  CQ_ERR              a CQ too small for the completions (with QP_FATAL; the QP enters Error):
+                      the requester's send CQ, and the responder's receive CQ
+  SQ_DRAINED          Modify QP to SQD with en_sqd_async_notify, once the SQ is drained (and
+                      none without it)
   SRQ_LIMIT_REACHED   an armed SRQ limit crossed by inbound Sends
   QP_LAST_WQE_REACHED an SRQ QP moved to Error
 usage: events.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B [EVENT...]"""
@@ -19,10 +22,13 @@ from pyverbs.wr import SGE, RecvWR
 from rcpair import Dev, Qp, check
 
 
-def pair(a, b, cqe_a=64, srq_b=None, b_rts=True):
-    qa, qb = Qp(a, cqe_a), Qp(b, srq=srq_b)
+def pair(a, b, cqe_a=64, srq_b=None, b_rts=True, cqe_b=64, access_b=None):
+    qa, qb = Qp(a, cqe_a), Qp(b, cqe_b, srq=srq_b)
     qa.to_init()
-    qb.to_init()
+    if access_b is None:
+        qb.to_init()
+    else:
+        qb.to_init(access_b)
     qa.to_rtr(qb, min_rnr_timer=1)
     qa.to_rts()
     qb.to_rtr(qa, min_rnr_timer=1)
@@ -49,20 +55,67 @@ def access_err(a, b):
     b.event(e.IBV_EVENT_QP_ACCESS_ERR, "QP_ACCESS_ERR on the target")
 
 
+def req_err(a, b):
+    qa, qb = pair(a, b, access_b=e.IBV_ACCESS_LOCAL_WRITE)
+    qa.write(b.mr.rkey, b.mr.buf)
+    wc = qa.poll()
+    check(wc is not None and wc.status == e.IBV_WC_REM_INV_REQ_ERR,
+          "QP_REQ_ERR: the writer gets a remote invalid request error (%s)" %
+          (None if wc is None else wc.status))
+    b.event(e.IBV_EVENT_QP_REQ_ERR, "QP_REQ_ERR on the QP without remote write access")
+    attr, _ = qb.qp.query(e.IBV_QP_STATE)
+    check(attr.qp_state == e.IBV_QPS_ERR, "the target QP entered Error (class C)")
+
+
+def drain(q):
+    """Every completion left in `q`'s CQ (statuses)."""
+    got = []
+    while True:
+        n, wcs = q.cq.poll(16)
+        if not n:
+            return got
+        got.extend(wc.status for wc in wcs[:n])
+
+
+def overflowed(dev, q, posted, what):
+    """Class G: CQ_ERR on the CQ and an affiliated error (QP_FATAL) on the QP, in either order
+    (the CQ's event is delivered from its own work item); the QP in Error; no completion for
+    the work that found the CQ full (nor a flush completion after it)."""
+    got = dev.events(2)
+    check(sorted(got) == sorted([e.IBV_EVENT_CQ_ERR, e.IBV_EVENT_QP_FATAL]),
+          "CQ_ERR and QP_FATAL when the %s overflows (events %s)" % (what, got))
+    attr, _ = q.qp.query(e.IBV_QP_STATE)
+    check(attr.qp_state == e.IBV_QPS_ERR, "the QP entered Error (class G)")
+    st = drain(q)
+    check(len(st) < posted and all(s == e.IBV_WC_SUCCESS for s in st),
+          "the CQ holds only the %d successful completions that fit, of %d (%s)" %
+          (len(st), posted, st))
+
+
 def cq_err(a, b):
     qa, qb = pair(a, b, cqe_a=1)
     qa.write(b.mr.rkey, b.mr.buf, n=4)
     time.sleep(1.0)
-    # Class G: CQ_ERR on the CQ and an affiliated error (QP_FATAL) on the QP, in either order
-    # (the CQ's event is delivered from its own work item).
-    got = a.events(2)
-    check(sorted(got) == sorted([e.IBV_EVENT_CQ_ERR, e.IBV_EVENT_QP_FATAL]),
-          "CQ_ERR and QP_FATAL when the send CQ overflows (events %s)" % got)
-    attr, _ = qa.qp.query(e.IBV_QP_STATE)
-    check(attr.qp_state == e.IBV_QPS_ERR, "the QP entered Error (class G)")
+    overflowed(a, qa, 4, "requester's send CQ")
+
+
+def rq_cq_err(a, b):
+    qa, qb = pair(a, b, cqe_b=1)
+    qb.recv(4)
+    qa.send(4)
+    time.sleep(1.0)
+    overflowed(b, qb, 4, "responder's receive CQ")
 
 
 def sq_drained(a, b):
+    # Without en_sqd_async_notify, SQD raises nothing.
+    qa, qb = pair(a, b)
+    qb.recv(4)
+    qa.send(4)
+    at = QPAttr()
+    at.qp_state = e.IBV_QPS_SQD
+    qa.qp.modify(at, e.IBV_QP_STATE)
+    check(not a.event_pending(1.0), "no SQ_DRAINED when Modify QP to SQD did not ask for it")
     qa, qb = pair(a, b)
     qb.recv(4)
     qa.send(4)
@@ -91,7 +144,8 @@ def srq_events(a, b):
     b.event(e.IBV_EVENT_QP_LAST_WQE_REACHED, "QP_LAST_WQE_REACHED when the SRQ QP enters Error")
 
 
-SCENARIOS = {"comm_est": comm_est, "access_err": access_err, "cq_err": cq_err,
+SCENARIOS = {"comm_est": comm_est, "access_err": access_err, "req_err": req_err,
+             "cq_err": cq_err, "rq_cq_err": rq_cq_err,
              "sq_drained": sq_drained, "srq": srq_events}
 
 

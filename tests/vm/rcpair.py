@@ -1,5 +1,7 @@
 """Shared by the pyverbs tests: a device side (context, PD, MR) and RC QPs connected to each
 other over the veth pair, with stock pyverbs only."""
+import os
+import select
 import sys
 import time
 
@@ -15,6 +17,18 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 
 
+def event_fds():
+    """The async event fds ("[infinibandevent]") this process has open."""
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "infinibandevent" in os.readlink("/proc/self/fd/" + fd):
+                fds.add(int(fd))
+        except OSError:
+            pass
+    return fds
+
+
 def check(ok, what):
     """Prints one result line; exits 1 on failure."""
     print(("ok: " if ok else "FAILED: ") + what)
@@ -26,7 +40,11 @@ class Dev:
     """An opened device with a PD and a 64 KiB MR."""
 
     def __init__(self, name, gid_index, access=ACCESS):
+        before = event_fds()
         self.ctx = Context(name=name)
+        fds = event_fds() - before
+        # The context's async event fd (pyverbs does not expose it), to wait with a timeout.
+        self.evfd = fds.pop() if len(fds) == 1 else None
         self.gid_index = gid_index
         self.gid = self.ctx.query_gid(1, gid_index)
         self.pd = PD(self.ctx)
@@ -41,6 +59,12 @@ class Dev:
             got.append(ev.event_type)
             ev.ack()
         return got
+
+    def event_pending(self, secs):
+        """Whether an async event is queued, waiting up to `secs` for one."""
+        if self.evfd is None:
+            raise RuntimeError("the async event fd of this context is unknown")
+        return bool(select.select([self.evfd], [], [], secs)[0])
 
     def event(self, want, what):
         """Checks that the next async event is `want`."""
@@ -60,12 +84,12 @@ class Qp:
             kw["srq"] = srq
         self.qp = QP(dev.pd, QPInitAttr(**kw))
 
-    def to_init(self):
+    def to_init(self, access=ACCESS):
         a = QPAttr()
         a.qp_state = e.IBV_QPS_INIT
         a.pkey_index = 0
         a.port_num = 1
-        a.qp_access_flags = ACCESS
+        a.qp_access_flags = access
         self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
                        e.IBV_QP_ACCESS_FLAGS)
 
