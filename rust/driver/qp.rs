@@ -119,7 +119,8 @@ pub(crate) struct QpInner {
     pub pending: Pending,
     /// Core counters already folded into the device's.
     last_counters: QpCounters,
-    /// Destination MACs of the primary and alternate paths (for Query QP).
+    /// Destination MACs by port (Modify QP's, for Query QP): a migration swaps the paths, and
+    /// each path is on its own port.
     dmac: [[u8; 6]; 2],
     /// Routes of the paths in use.
     routes: RouteCache,
@@ -619,6 +620,15 @@ fn bad_wqe(core: &mut CoreQp, wr_id: u64, kind: CqKind, opcode: WcOpcode, out: &
 /// rvrdma's data of a QP.
 pub struct RvrQp(Arc<QpShared>);
 
+/// The `dmac` slot of a port number (1-based; anything else shares slot 0).
+fn dmac_slot(port: u32) -> usize {
+    if port == 2 {
+        1
+    } else {
+        0
+    }
+}
+
 fn round_up_pow2(v: u32) -> u32 {
     v.max(1).checked_next_power_of_two().unwrap_or(v)
 }
@@ -812,12 +822,12 @@ impl QpVerbs for RvrDevice {
             if let Some(p) = &m.path {
                 let mtu = transport::port_mtu(&qp.dev, u8::try_from(p.port_num).unwrap_or(1));
                 let mut g = qp.inner.lock();
-                g.dmac[0] = p.dmac;
+                g.dmac[dmac_slot(p.port_num)] = p.dmac;
                 g.core.set_port_mtu(mtu);
             }
         }
         if let Some(p) = &m.alt_path {
-            qp.inner.lock().dmac[1] = p.dmac;
+            qp.inner.lock().dmac[dmac_slot(p.port_num)] = p.dmac;
         }
         let _ = dev;
         let mut res = Ok(());
@@ -834,7 +844,8 @@ impl QpVerbs for RvrDevice {
         let qp = &qp.0;
         let g = qp.inner.lock();
         let a = g.core.query();
-        super::qp_attr::from_core(&a, g.dmac[0], g.dmac[1], attr);
+        let (pri, alt) = (a.path.port_num.into(), a.alt_path.port_num.into());
+        super::qp_attr::from_core(&a, g.dmac[dmac_slot(pri)], g.dmac[dmac_slot(alt)], attr);
         let cap = b::ib_qp_cap {
             max_send_wr: g.sq_depth,
             max_recv_wr: g.rq_depth,

@@ -8,13 +8,27 @@
 
 scenarios=(failover failover_netem command mig_err no_alt)
 ktap_print_header
-ktap_set_plan $((5 + ${#scenarios[@]}))
+ktap_set_plan $((6 + ${#scenarios[@]}))
 dut_setup 2
 a=${DUT}0 b=${DUT}1
 link_add "$a" veth0 && link_add "$b" veth1 || fail_rest "rdma link add: $LINK_OUT"
 link_add "$a" veth2
 check "a second 'rdma link add $a ... netdev veth2' adds port 2" test "$(ls /sys/class/infiniband/$a/ports 2>/dev/null | tr '\n' ' ')" = "1 2 "
-diag "$LINK_OUT"
+# Adding a port re-registers the device: refused while somebody holds a PD on it.
+busy_add() {
+	$PY - "$b" "$NS_B" <<'PYEOF'
+import subprocess, sys
+from pyverbs.device import Context
+from pyverbs.pd import PD
+ctx = Context(name=sys.argv[1])
+pd = PD(ctx)
+r = subprocess.run(["ip", "netns", "exec", sys.argv[2], "rdma", "link", "add", sys.argv[1],
+                    "type", "rvrdma", "netdev", "veth3"], capture_output=True, text=True)
+print(r.stderr.strip())
+sys.exit(0 if r.returncode != 0 and "busy" in r.stderr else 1)
+PYEOF
+}
+check "adding port 2 to a device in use fails with EBUSY" busy_add
 link_add "$b" veth3 || fail_rest "rdma link add $b netdev veth3: $LINK_OUT"
 check "rdma link (in rvA) shows both ports with their netdevs" eval \
 	'in_a rdma link show | grep -q "link $a/1 .* netdev veth0" && in_a rdma link show | grep -q "link $a/2 .* netdev veth2"'
