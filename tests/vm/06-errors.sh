@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Error cases of `rdma link add`: a second device on the same netdev, an unknown netdev, a name
-# that is taken (by our own device or by an rxe device). Each must fail with an error message, and
+# that is taken (by our own device in use, or by an rxe device). Each must fail with an error message, and
 # leave the device list as it was.
 . "$(dirname "$0")/lib.sh"
 
@@ -47,8 +47,27 @@ clear_clash_error() {
 
 must_fail "second device on veth0" "${DUT}9" veth0
 must_fail "unknown netdev" "${DUT}9" nosuch0
-must_fail "name clash with ${DUT}0" "${DUT}0" veth2
-clear_clash_error "name clash with ${DUT}0"
+if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
+	# A second add naming an rvrdma device adds its port 2 (41-apm), but only while nobody uses
+	# the device: here a process holds a PD on it.
+	ready=$(mktemp)
+	$PY -c "
+import sys, time
+from pyverbs.device import Context
+from pyverbs.pd import PD
+ctx = Context(name=sys.argv[1]); pd = PD(ctx)
+open(sys.argv[2], 'w').write('ready'); time.sleep(120)" "${DUT}0" "$ready" &
+holder=$!
+wait_for "$RVRDMA_WAIT" grep -q ready "$ready" >/dev/null || diag "the PD holder did not start"
+must_fail "name clash with ${DUT}0 (in use)" "${DUT}0" veth2
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+rm -f "$ready"
+check "name clash with ${DUT}0 (in use): the error says the device is busy" eval '[[ $LINK_OUT == *busy* ]]'
+else
+	must_fail "name clash with ${DUT}0" "${DUT}0" veth2
+	clear_clash_error "name clash with ${DUT}0"
+fi
 check "${DUT}0 is still on veth0" eval "in_a rdma link show ${DUT}0/1 | grep -q 'netdev veth0'"
 must_fail "name clash with an rxe device" rxe7 veth2
 clear_clash_error "name clash with an rxe device"
