@@ -51,19 +51,16 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 	# A second add naming an rvrdma device adds its port 2 (41-apm), but only while nobody uses
 	# the device: here a process holds a PD on it.
 	ready=$(mktemp)
-	$PY -c "
-import sys, time
-from pyverbs.device import Context
-from pyverbs.pd import PD
+	$PY -c "import sys, time; from pyverbs.device import Context; from pyverbs.pd import PD
 ctx = Context(name=sys.argv[1]); pd = PD(ctx)
 open(sys.argv[2], 'w').write('ready'); time.sleep(120)" "${DUT}0" "$ready" &
-holder=$!
-wait_for "$RVRDMA_WAIT" grep -q ready "$ready" >/dev/null || diag "the PD holder did not start"
-must_fail "name clash with ${DUT}0 (in use)" "${DUT}0" veth2
-kill "$holder" 2>/dev/null
-wait "$holder" 2>/dev/null
-rm -f "$ready"
-check "name clash with ${DUT}0 (in use): the error says the device is busy" eval '[[ $LINK_OUT == *busy* ]]'
+	holder=$!
+	wait_for "$RVRDMA_WAIT" grep -q ready "$ready" >/dev/null || diag "the PD holder did not start"
+	must_fail "name clash with ${DUT}0 (in use)" "${DUT}0" veth2
+	kill "$holder" 2>/dev/null
+	wait "$holder" 2>/dev/null
+	rm -f "$ready"
+	check "name clash with ${DUT}0 (in use): the error says the device is busy" eval '[[ $LINK_OUT == *busy* ]]'
 else
 	must_fail "name clash with ${DUT}0" "${DUT}0" veth2
 	clear_clash_error "name clash with ${DUT}0"
