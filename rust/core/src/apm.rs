@@ -26,7 +26,9 @@
 //! Choices where the references differ or say nothing:
 //! - RoCE has no LIDs: "SLID/DLID (and SGID/DGID)" of seed 000 step 6 becomes the receive port
 //!   plus the two GIDs (IP addresses), as hfi1 compares the GRH GIDs and the port.
-//! - A miscompare raises `IB_EVENT_PATH_MIG_ERR` as seed 000 step 6 requires (hfi1 only drops).
+//! - A miscompare raises `IB_EVENT_PATH_MIG_ERR` as seed 000 step 6 requires (hfi1 only drops);
+//!   the `Qp` reports the first one per arming or migration and counts the rest, so that a peer
+//!   cannot queue events without bound.
 //! - A migration empties the alternate slot (hfi1 keeps a stale copy): rearming needs a newly
 //!   loaded alternate path, and Rearm without an alternate path is refused.
 //! - PATH_MIG_STATE=Rearm is accepted whenever the transition table allows the attribute
