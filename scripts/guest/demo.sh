@@ -57,8 +57,13 @@ else
 	rc=1
 fi
 echo
+echo "== Automatic Path Migration: two ports per device, the primary link cut mid-stream"
+echo "\$ samples/apm-failover/run-in-guest.sh"
+bash "$(cd "$(dirname "$0")/../.." && pwd)/samples/apm-failover/run-in-guest.sh" || rc=1
+echo
 if [ "$rc" -eq 0 ]; then
-	echo "demo: rvr0 (netns rvA, veth0) and rvr1 (netns rvB, veth1) are up and moved data with ibv_rc_pingpong"
+	echo "demo: rvr0 (netns rvA, veth0) and rvr1 (netns rvB, veth1) are up and moved data with ibv_rc_pingpong;"
+	echo "demo: with a second port each (veth2/veth3), their QPs survived the cut of veth0 by path migration"
 else
 	echo "demo: FAILED"
 fi
