@@ -7,11 +7,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=1000
-while getopts s:n: o; do
+size=65536 bw_iters=2000 lat_iters=1000 rps=0
+while getopts s:n:r o; do
 	case $o in
 	s) size=$OPTARG ;;
 	n) bw_iters=$OPTARG lat_iters=$OPTARG ;;
+	r) rps=1 ;;
 	*) exit 2 ;;
 	esac
 done
@@ -24,6 +25,12 @@ run_set() {
 	topo_setup 1 >/dev/null
 	link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type" || { echo "link add: $LINK_OUT" >&2; return 1; }
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null
+	if [ "$rps" = 1 ]; then
+		# Receive packet steering on both veth ends: received packets are processed on any CPU,
+		# not only on the sender's (veth hands packets to the sending CPU's backlog).
+		in_a sh -c 'echo 3 > /sys/class/net/veth0/queues/rx-0/rps_cpus'
+		in_b sh -c 'echo 3 > /sys/class/net/veth1/queues/rx-0/rps_cpus'
+	fi
 	for t in "${tools[@]}"; do
 		case $t in
 		ib_atomic_bw) args=(-n "$bw_iters") ;;
@@ -61,4 +68,5 @@ for t in "${tools[@]}"; do
 	fi
 	printf '%-14s %-6s %14s %14s %9s\n' "$t" "$unit" "$a" "$b" "$r"
 done
-echo "(ratio > 1: rvrdma better; bandwidth size $size B x $bw_iters, latency 64 B x $lat_iters)"
+echo "(ratio > 1: rvrdma better; bandwidth size $size B x $bw_iters, latency 64 B x $lat_iters;" \
+	"RPS on the veths: $([ "$rps" = 1 ] && echo "on (rps_cpus=3)" || echo off))"
