@@ -13,7 +13,8 @@ Scenarios (IBA 17.2.8; seeds 000 and 002):
             comes back, both load port 1 as the new alternate path and re-arm, link B is cut, and
             the QPs migrate back the same way.
   failover_netem  the same first cut made by tc netem (100% loss) with the link left up.
-  command   migration by Modify QP (PATH_MIG_STATE=MIGRATED) on A, with no link cut.
+  command   the alternate path loaded in Init -> RTR and armed in RTR -> RTS; migration by
+            Modify QP (PATH_MIG_STATE=MIGRATED) on A, with no link cut.
   mig_err   B's alternate path names a remote address A does not send from: A's MigReq=1
             packets are dropped by B with PATH_MIG_ERR; B stays ARMED on its primary path.
   no_alt    no alternate path: the cut ends in a retry-exceeded completion, every later WR is
@@ -161,9 +162,10 @@ class Side:
         a.path_mig_state = e.IBV_MIG_REARM
         return e.IBV_QP_ALT_PATH | e.IBV_QP_PATH_MIG_STATE
 
-    def connect(self, peer, alt_port=None, alt_dgid=None):
+    def connect(self, peer, alt_port=None, alt_dgid=None, alt_at_rtr=False):
         """Reset -> Init -> RTR -> RTS on port 1; with `alt_port`, the RTR -> RTS step also loads
-        the alternate path and rearms."""
+        the alternate path and rearms (with `alt_at_rtr`, Init -> RTR loads it and RTR -> RTS
+        only rearms)."""
         a = QPAttr()
         a.qp_state = e.IBV_QPS_INIT
         a.pkey_index = 0
@@ -179,8 +181,12 @@ class Side:
         a.max_dest_rd_atomic = 4
         a.min_rnr_timer = 1
         a.ah_attr = self.path(peer, 1)
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-                       e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        mask = (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
+                e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        if alt_port and alt_at_rtr:
+            # Init -> RTR takes an alternate path but not PATH_MIG_STATE (IBA Table 227).
+            mask |= self.set_alt(a, peer, alt_port, alt_dgid) & ~e.IBV_QP_PATH_MIG_STATE
+        self.qp.modify(a, mask)
         a = QPAttr()
         a.qp_state = e.IBV_QPS_RTS
         a.timeout = TIMEOUT
@@ -190,7 +196,10 @@ class Side:
         a.max_rd_atomic = 4
         mask = (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY |
                 e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
-        if alt_port:
+        if alt_port and alt_at_rtr:
+            a.path_mig_state = e.IBV_MIG_REARM
+            mask |= e.IBV_QP_PATH_MIG_STATE
+        elif alt_port:
             mask |= self.set_alt(a, peer, alt_port, alt_dgid)
         self.qp.modify(a, mask)
 
@@ -408,8 +417,12 @@ def failover_netem(a, b):
 
 
 def command(a, b):
-    a.connect(b, alt_port=2)
-    b.connect(a, alt_port=2)
+    # This time the alternate path is loaded in Init -> RTR and armed in RTR -> RTS.
+    a.connect(b, alt_port=2, alt_at_rtr=True)
+    b.connect(a, alt_port=2, alt_at_rtr=True)
+    st = a.query()
+    check(st[1] == e.IBV_MIG_REARM and st[3] == 2,
+          "alternate path loaded in Init -> RTR, REARM in RTR -> RTS (%s)" % (st,))
     s = Stream(a, b)
     arm(a, b, s)
     s.run(100, cut=a.migrate, at=30)
