@@ -91,12 +91,8 @@ impl WorkItem for DevShared {
                     }
                 }
             };
-            // Still marked active: packets arriving meanwhile queue behind this one. The packet
-            // is handled in an RCU read-side section, as in the softirq: QP destroy waits for a
-            // grace period before it lets the QP's CQs go (`driver/qp.rs`, `destroy`).
-            let rcu = kernel::sync::rcu::read_lock();
+            // Still marked active: packets arriving meanwhile queue behind this one.
             super::receive::packet(&this, skb);
-            drop(rcu);
         }
     }
 }

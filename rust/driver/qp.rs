@@ -905,9 +905,8 @@ fn destroy(qp: Arc<QpShared>) {
     drop(sq);
     drop(rq);
     workqueue::flush_work(&*qp);
-    // Received packets are handled in an RCU read-side section (the UDP layer's in softirq, the
-    // receive work item's own): after a grace period no receive path holds a reference taken
-    // before the QP left the table.
+    // Received packets are handled in the UDP layer's RCU read-side section: after a grace
+    // period no receive path holds a reference taken before the QP left the table.
     crate::sync::rcu::synchronize();
     qp.send_cq.detach();
     qp.recv_cq.detach();
