@@ -4,34 +4,23 @@
 //! table, the MR table, the receive queue and its work item, and the counters.
 //!
 //! Receive path: the UDP tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to
-//! [`rx_hook`], which finds the device by the packet's ingress netdev. A small packet (ACKs,
-//! latency-bound traffic) is handled right there: parse, check the ICRC, find the QP and run the
-//! protocol core under the QP lock, with no work-item hop. A bulk packet (at least
-//! [`RX_DEFER_MIN`] bytes) goes to the device's receive work item on the module's unbound
-//! workqueue, so that another CPU shares the work: a veth hands every packet to the sending
-//! CPU's backlog, and handling both ends of a stream on one CPU halves bandwidth. While the work
-//! item has packets, every packet of the device queues behind them, so the arrival order on a
-//! CPU is the processing order.
+//! [`rx_hook`], which finds the device by the packet's ingress netdev and handles the packet
+//! right there, as rdma_rxe does: parse, check the ICRC, find the QP and run the protocol core
+//! under the QP lock (no work-item hop per packet, which costs latency).
 
 use super::counters::Counters;
 use super::memory::MrTable;
 use super::qp::QpShared;
 use crate::net::netdev::{NetDev, NetDevRef};
-use crate::net::skb::{Skb, SkbQueue};
+use crate::net::skb::Skb;
 use crate::sync::irq_spinlock::{IrqSpinLock, IrqSpinLockBackend};
-use crate::sync::workqueue;
 use kernel::{
     prelude::*,
     sync::{
         lock::{GlobalLock, GlobalLockBackend},
         Arc, LockClassKey,
     },
-    workqueue::{Work, WorkItem},
 };
-
-/// Received packets of at least this many bytes (IP and UDP headers included) are handed to
-/// the device's receive work item instead of being handled in the softirq (module docs).
-pub const RX_DEFER_MIN: usize = 512;
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
 pub const FIRST_QPN: u32 = 16;
@@ -60,41 +49,6 @@ pub struct DevShared {
     /// QPs by number (`qpn - FIRST_QPN`).
     #[pin]
     qps: IrqSpinLock<KVec<QpSlot>>,
-    /// Packets waiting for the receive work item.
-    #[pin]
-    rxq: SkbQueue,
-    /// Whether the receive work item is queued or running (it clears this under the lock when
-    /// it finds `rxq` empty).
-    #[pin]
-    rx_active: IrqSpinLock<bool>,
-    /// The receive work item.
-    #[pin]
-    rx_work: Work<DevShared>,
-}
-
-kernel::impl_has_work! {
-    impl HasWork<Self> for DevShared { self.rx_work }
-}
-
-impl WorkItem for DevShared {
-    type Pointer = Arc<DevShared>;
-
-    fn run(this: Arc<DevShared>) {
-        loop {
-            let skb = {
-                let mut active = this.rx_active.lock();
-                match this.rxq.pop() {
-                    Some(skb) => skb,
-                    None => {
-                        *active = false;
-                        return;
-                    }
-                }
-            };
-            // Still marked active: packets arriving meanwhile queue behind this one.
-            super::receive::packet(&this, skb);
-        }
-    }
 }
 
 impl DevShared {
@@ -114,9 +68,6 @@ impl DevShared {
                 mrs,
                 counters: Counters::default(),
                 qps <- crate::new_irq_spinlock!(table, "rvrdma_qp_table"),
-                rxq <- SkbQueue::new(),
-                rx_active <- crate::new_irq_spinlock!(false, "rvrdma_rx_active"),
-                rx_work <- kernel::new_work!("rvrdma_rx"),
             }),
             GFP_KERNEL,
         )
@@ -187,30 +138,6 @@ impl DevShared {
         rx_unlisten(self);
         // Packets are handled inside the UDP layer's RCU read-side section.
         crate::sync::rcu::synchronize();
-        // No packet can be queued any more; let the receive work item finish.
-        workqueue::flush_work(&**self);
-        while let Some(skb) = self.rxq.pop() {
-            drop(skb);
-        }
-    }
-
-    /// Handles a received packet now (softirq) or hands it to the receive work item.
-    fn rx(self: &Arc<Self>, skb: Skb) {
-        {
-            let mut active = self.rx_active.lock();
-            if *active || skb.len() >= RX_DEFER_MIN {
-                self.rxq.push(skb);
-                if !*active {
-                    *active = true;
-                    drop(active);
-                    if workqueue::queue().enqueue(self.clone()).is_err() {
-                        // Already queued: it will see the packet.
-                    }
-                }
-                return;
-            }
-        }
-        super::receive::packet(self, skb);
     }
 }
 
@@ -269,7 +196,7 @@ fn rx_hook(skb: Skb) {
             .cloned()
     };
     match dev {
-        Some(d) => d.rx(skb),
+        Some(d) => super::receive::packet(&d, skb),
         // Not ours (e.g. a netdev without an rvrdma device): drop.
         None => drop(skb),
     }
