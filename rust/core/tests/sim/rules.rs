@@ -1311,9 +1311,8 @@ fn seed000_retry_exhaustion_unarmed_retry_exc_err_and_flush() {
     assert!(!d.e[0].out.has_event(AsyncEvent::PathMig));
 }
 
-#[test]
-fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
-    let mut d = armed_duo();
+/// A one-byte RDMA Write from A to B with BTH:MigReq=1 (a migration request).
+fn migreq_write() -> Headers {
     let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
     h.reth = Some(Reth {
         va: RMT_VA,
@@ -1321,6 +1320,13 @@ fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
         dma_len: 1,
     });
     h.bth.mig_req = true;
+    h
+}
+
+#[test]
+fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
+    let mut d = armed_duo();
+    let h = migreq_write();
     // Arrives over the primary (port 1), which is not the alternate path.
     d.deliver(1, &h, &[1], 1);
     assert!(d.e[1].out.has_event(AsyncEvent::PathMigErr));
@@ -1331,13 +1337,7 @@ fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
 #[test]
 fn seed000_repeated_migreq_mismatch_reports_once_per_arming() {
     let mut d = armed_duo();
-    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 1,
-    });
-    h.bth.mig_req = true;
+    let h = migreq_write();
     let count = |d: &Duo| {
         d.e[1]
             .out
@@ -1372,13 +1372,7 @@ fn seed000_repeated_migreq_mismatch_reports_once_per_arming() {
 fn seed000_migreq_match_migrates_the_responder() {
     let mut d = armed_duo();
     d.take(1);
-    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 1,
-    });
-    h.bth.mig_req = true;
+    let mut h = migreq_write();
     h.bth.ack_req = true;
     d.deliver(1, &h, &[1], 2);
     assert!(d.e[1].out.has_event(AsyncEvent::PathMig));
