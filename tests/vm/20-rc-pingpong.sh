@@ -11,9 +11,7 @@ ktap_set_plan $((${#sizes[@]} * ${#mtus[@]} * 2 + 2))
 dut_setup 1
 # A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
-link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
-wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
-	fail_rest "GIDs did not appear"
+pair_up
 
 iters() { if [ "$1" -ge 1048576 ]; then echo 4; elif [ "$1" -ge 65536 ]; then echo 10; else echo 50; fi; }
 

@@ -6,9 +6,7 @@
 ktap_print_header
 ktap_set_plan 3
 dut_setup 1
-link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
-wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
-	fail_rest "GIDs did not appear"
+pair_up
 
 check "ibv_srq_pingpong -c 16 QPs, server rvB" \
 	pp_run ibv_srq_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -n 20

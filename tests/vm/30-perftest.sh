@@ -7,9 +7,7 @@ tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat i
 ktap_print_header
 ktap_set_plan ${#tests[@]}
 dut_setup 1
-link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
-wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
-	fail_rest "GIDs did not appear"
+pair_up
 
 for t in "${tests[@]}"; do
 	case $t in

@@ -7,9 +7,7 @@
 ktap_print_header
 ktap_set_plan 4
 dut_setup 1
-link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
-wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
-	fail_rest "GIDs did not appear"
+pair_up
 
 netem() {
 	in_a tc qdisc add dev veth0 root netem loss 5% duplicate 1% delay 1ms reorder 25% 50% &&
@@ -17,16 +15,12 @@ netem() {
 }
 check "tc netem loss 5% duplicate 1% reorder 25% on both veth ends" netem
 
-# stat DEV NAME: one counter of `rdma statistic`.
-stat() {
-	rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v n="$2" '$0 == n { getline; print; exit }'
-}
-before=$(( $(stat "${DUT}0" retransmitted_pkts) + $(stat "${DUT}1" retransmitted_pkts) ))
+before=$(( $(link_stat "${DUT}0" retransmitted_pkts) + $(link_stat "${DUT}1" retransmitted_pkts) ))
 PP_TIMEOUT=400 check "ibv_rc_pingpong -c 64 KiB x 30 through the faults" \
 	pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -s 65536 -n 30
 PP_TIMEOUT=400 check "ib_write_bw 64 KiB x 200 through the faults" \
 	pf_run ib_write_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 200 -s 65536
-after=$(( $(stat "${DUT}0" retransmitted_pkts) + $(stat "${DUT}1" retransmitted_pkts) ))
+after=$(( $(link_stat "${DUT}0" retransmitted_pkts) + $(link_stat "${DUT}1" retransmitted_pkts) ))
 diag "retransmitted_pkts: $before -> $after"
 for d in "${DUT}0" "${DUT}1"; do
 	diag "$d: $(rdma statistic show link "$d/1" | tr ' ' '\n' | paste - - | grep -E 'retrans|retry|seq|dup|timeout' | tr '\n' ' ')"

@@ -9,14 +9,10 @@ scenarios=(comm_est access_err req_err cq_err rq_cq_err sq_drained srq)
 ktap_print_header
 ktap_set_plan ${#scenarios[@]}
 dut_setup 1
-link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
-wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
-	fail_rest "GIDs did not appear"
-ga=$(sysfs_gid_index "${DUT}0" "$(gid_full 10.77.0.1)" "RoCE v2")
-gb=$(sysfs_gid_index "${DUT}1" "$(gid_full 10.77.0.2)" "RoCE v2")
+pair_up
 for s in "${scenarios[@]}"; do
 	# A missing event leaves get_async_event waiting: the timeout turns that into a failure.
-	out=$(timeout 60 $PY "$RVRDMA_TESTS_DIR/events.py" "${DUT}0" "$ga" "${DUT}1" "$gb" "$s" 2>&1)
+	out=$(timeout 60 $PY "$RVRDMA_TESTS_DIR/events.py" "${DUT}0" "$GA" "${DUT}1" "$GB" "$s" 2>&1)
 	rc=$?
 	diag "$out"
 	result "async event scenario: $s" "$rc" ""

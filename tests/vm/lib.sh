@@ -309,6 +309,21 @@ sysfs_gid_index() {
 has_gid() { sysfs_gid_index "$1" "$(gid_full "$2")" "RoCE v2" "${3:-1}" >/dev/null; }
 has_no_gid() { ! has_gid "$@"; }
 
+# pair_up: ${DUT}0 on veth0 and ${DUT}1 on veth1 with their IPv4 RoCE v2 GIDs present; sets GA
+# and GB to those GID indexes. Otherwise fails every planned point.
+pair_up() {
+	link_add "${DUT}0" veth0 && link_add "${DUT}1" veth1 || fail_rest "rdma link add: $LINK_OUT"
+	wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" 10.77.0.1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" 10.77.0.2 ||
+		fail_rest "GIDs did not appear"
+	GA=$(sysfs_gid_index "${DUT}0" "$(gid_full 10.77.0.1)" "RoCE v2")
+	GB=$(sysfs_gid_index "${DUT}1" "$(gid_full 10.77.0.2)" "RoCE v2")
+}
+
+# link_stat DEV NAME: the counter NAME of DEV's port 1 (`rdma statistic`).
+link_stat() {
+	rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v n="$2" '$0 == n { getline; print; exit }'
+}
+
 # ---- traffic -------------------------------------------------------------------------------------
 
 PP_PORT=18515
