@@ -30,19 +30,14 @@ import time
 
 import pyverbs.enums as e
 from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
-from pyverbs.device import Context
-from pyverbs.mr import MR
-from pyverbs.pd import PD
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QPAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from rcpair import event_fds
+from rcpair import Dev, Qp
 
 NS = {"a": os.environ.get("NS_A", "rvA"), "b": os.environ.get("NS_B", "rvB")}
 ADDR = {("a", 1): "10.77.0.1", ("a", 2): "10.77.1.1", ("b", 1): "10.77.0.2", ("b", 2): "10.77.1.2"}
 LINK = {1: "veth0", 2: "veth2"}  # the rvA end of each link
-ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 MSG = 256  # bytes per message
 RECV_SLOTS = 32  # receive buffers at the start of B's MR
 WRITE_BASE = 64 * 1024  # RDMA Write targets in B's MR
@@ -67,27 +62,28 @@ def fatal(what):
     sys.exit(1)
 
 
-def gid_index(side_name, ctx, port, addr):
-    """Index of the RoCE v2 GID of IPv4 `addr` on `port`."""
+def gid_index(dev, port, addr):
+    """Index of the RoCE v2 GID of IPv4 `addr` on `dev`'s `port` (from sysfs)."""
     want = ipaddress.IPv6Address("::ffff:" + addr).exploded
-    types = "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/" % (side_name, port)
-    for i in range(ctx.query_port(port).gid_tbl_len):
+    base = "/sys/class/infiniband/%s/ports/%d/" % (dev, port)
+    for i in sorted(os.listdir(base + "gids"), key=int):
         try:
-            with open(types + str(i)) as f:
+            with open(base + "gid_attrs/types/" + i) as f:
                 if f.read().strip() != "RoCE v2":
                     continue
-            if str(ctx.query_gid(port, i)) == want:
-                return i
+            with open(base + "gids/" + i) as f:
+                if f.read().strip() == want:
+                    return int(i)
         except OSError:
             continue
-    fatal("no RoCE v2 GID for %s on %s port %d" % (addr, side_name, port))
+    fatal("no RoCE v2 GID for %s on %s port %d" % (addr, dev, port))
 
 
-def gid_index_quiet(side_name, ctx, port, addr):
+def gid_index_quiet(dev, port, addr):
     """`gid_index`, raising LookupError instead of failing the test."""
     global failures
     try:
-        return gid_index(side_name, ctx, port, addr)
+        return gid_index(dev, port, addr)
     except SystemExit:
         failures -= 1
         raise LookupError(addr)
@@ -98,29 +94,24 @@ def ip(ns, *args):
 
 
 class Side:
-    """A device, its PD, a 1 MiB MR, a CQ and one RC QP; and its async events."""
+    """A device, its PD, a 1 MiB MR, a CQ and one RC QP (rcpair's); and its async events."""
 
     def __init__(self, name, tag):
         self.tag = tag
-        before = event_fds()
-        self.ctx = Context(name=name)
-        fds = event_fds() - before
-        if len(fds) != 1:
-            fatal("cannot find the async event fd of %s" % name)
-        self.evfd = fds.pop()
-        self.events = []  # (time, event type)
         self.name = name
-        self.gidx = {p: gid_index(name, self.ctx, p, ADDR[(tag, p)]) for p in (1, 2)}
+        self.events = []  # (time, event type)
+        self.gidx = {p: gid_index(name, p, ADDR[(tag, p)]) for p in (1, 2)}
+        self.dev = Dev(name, self.gidx[1], mr_size=1 << 20)
+        if self.dev.evfd is None:
+            fatal("cannot find the async event fd of %s" % name)
+        self.ctx, self.mr = self.dev.ctx, self.dev.mr
         self.gid = {p: self.ctx.query_gid(p, self.gidx[p]) for p in (1, 2)}
-        self.pd = PD(self.ctx)
-        self.mr = MR(self.pd, 1 << 20, ACCESS)
-        self.cq = CQ(self.ctx, 256)
-        cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
-        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+        self.q = Qp(self.dev, cqe=256, depth=64)
+        self.cq, self.qp = self.q.cq, self.q.qp
 
     def drain_events(self, wait=0.0):
         """Collects the queued async events, waiting up to `wait` seconds for the first."""
-        while select.select([self.evfd], [], [], wait)[0]:
+        while select.select([self.dev.evfd], [], [], wait)[0]:
             ev = self.ctx.get_async_event()
             self.events.append((time.monotonic(), ev.event_type))
             ev.ack()
@@ -147,11 +138,6 @@ class Side:
         self.drain_events()
         return [EVENT_NAMES.get(ev, str(ev)) for _, ev in self.events]
 
-    def path(self, peer, port):
-        """An address vector from our `port` to the peer's same-numbered port."""
-        gr = GlobalRoute(dgid=peer.gid[port], sgid_index=self.gidx[port])
-        return AHAttr(gr=gr, is_global=1, port_num=port)
-
     def set_alt(self, a, peer, port, dgid=None):
         """Adds an alternate path over `port` (and PATH_MIG_STATE=REARM) to Modify QP attrs."""
         gr = GlobalRoute(dgid=dgid or peer.gid[port], sgid_index=self.gidx[port])
@@ -166,42 +152,24 @@ class Side:
         """Reset -> Init -> RTR -> RTS on port 1; with `alt_port`, the RTR -> RTS step also loads
         the alternate path and rearms (with `alt_at_rtr`, Init -> RTR loads it and RTR -> RTS
         only rearms)."""
-        a = QPAttr()
-        a.qp_state = e.IBV_QPS_INIT
-        a.pkey_index = 0
-        a.port_num = 1
-        a.qp_access_flags = ACCESS
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
-                       e.IBV_QP_ACCESS_FLAGS)
-        a = QPAttr()
-        a.qp_state = e.IBV_QPS_RTR
-        a.path_mtu = e.IBV_MTU_1024
-        a.dest_qp_num = peer.qp.qp_num
-        a.rq_psn = 0
-        a.max_dest_rd_atomic = 4
-        a.min_rnr_timer = 1
-        a.ah_attr = self.path(peer, 1)
-        mask = (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-                e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
-        if alt_port and alt_at_rtr:
+
+        def at_rtr(a):
+            if not (alt_port and alt_at_rtr):
+                return 0
             # Init -> RTR takes an alternate path but not PATH_MIG_STATE (IBA Table 227).
-            mask |= self.set_alt(a, peer, alt_port, alt_dgid) & ~e.IBV_QP_PATH_MIG_STATE
-        self.qp.modify(a, mask)
-        a = QPAttr()
-        a.qp_state = e.IBV_QPS_RTS
-        a.timeout = TIMEOUT
-        a.retry_cnt = 7
-        a.rnr_retry = 7
-        a.sq_psn = 0
-        a.max_rd_atomic = 4
-        mask = (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY |
-                e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
-        if alt_port and alt_at_rtr:
-            a.path_mig_state = e.IBV_MIG_REARM
-            mask |= e.IBV_QP_PATH_MIG_STATE
-        elif alt_port:
-            mask |= self.set_alt(a, peer, alt_port, alt_dgid)
-        self.qp.modify(a, mask)
+            return self.set_alt(a, peer, alt_port, alt_dgid) & ~e.IBV_QP_PATH_MIG_STATE
+
+        def at_rts(a):
+            if not alt_port:
+                return 0
+            if alt_at_rtr:
+                a.path_mig_state = e.IBV_MIG_REARM
+                return e.IBV_QP_PATH_MIG_STATE
+            return self.set_alt(a, peer, alt_port, alt_dgid)
+
+        self.q.to_init()
+        self.q.to_rtr(peer.q, min_rnr_timer=1, extra=at_rtr)
+        self.q.to_rts(timeout=TIMEOUT, extra=at_rts)
 
     def rearm(self, peer, port):
         """RTS -> RTS: loads a new alternate path over `port` and rearms."""
@@ -443,7 +411,7 @@ def mig_err(a, b):
         end = time.monotonic() + 30
         while wrong is None and time.monotonic() < end:
             try:
-                wrong = a.ctx.query_gid(2, gid_index_quiet(a.name, a.ctx, 2, "10.77.1.9"))
+                wrong = a.ctx.query_gid(2, gid_index_quiet(a.name, 2, "10.77.1.9"))
             except LookupError:
                 time.sleep(0.2)
         if wrong is None:

@@ -37,9 +37,10 @@ def check(ok, what):
 
 
 class Dev:
-    """An opened device with a PD and a 64 KiB MR."""
+    """An opened device with a PD and an MR (64 KiB unless `mr_size` says otherwise); `gid_index`
+    names the port-1 GID its QPs use."""
 
-    def __init__(self, name, gid_index, access=ACCESS):
+    def __init__(self, name, gid_index, access=ACCESS, mr_size=65536):
         before = event_fds()
         self.ctx = Context(name=name)
         fds = event_fds() - before
@@ -48,7 +49,7 @@ class Dev:
         self.gid_index = gid_index
         self.gid = self.ctx.query_gid(1, gid_index)
         self.pd = PD(self.ctx)
-        self.mr = MR(self.pd, 65536, access)
+        self.mr = MR(self.pd, mr_size, access)
 
     def events(self, n):
         """The next `n` async event types (already queued, so the call does not block; if one
@@ -73,12 +74,12 @@ class Dev:
 
 
 class Qp:
-    """An RC QP with its own CQ (send and receive)."""
+    """An RC QP with its own CQ (send and receive), `depth` WRs deep on each queue."""
 
-    def __init__(self, dev, cqe=64, srq=None):
+    def __init__(self, dev, cqe=64, srq=None, depth=16):
         self.dev = dev
         self.cq = CQ(dev.ctx, cqe)
-        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+        cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
         kw = dict(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
         if srq is not None:
             kw["srq"] = srq
@@ -93,7 +94,9 @@ class Qp:
         self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
                        e.IBV_QP_ACCESS_FLAGS)
 
-    def to_rtr(self, peer, min_rnr_timer=12):
+    def to_rtr(self, peer, min_rnr_timer=12, extra=None):
+        """Init -> RTR on port 1 towards `peer`; `extra(attr)` may set more attributes and
+        returns their mask bits."""
         a = QPAttr()
         a.qp_state = e.IBV_QPS_RTR
         a.path_mtu = e.IBV_MTU_1024
@@ -103,10 +106,12 @@ class Qp:
         a.min_rnr_timer = min_rnr_timer
         gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=self.dev.gid_index)
         a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-                       e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        mask = (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
+                e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        self.qp.modify(a, mask | (extra(a) if extra else 0))
 
-    def to_rts(self, timeout=14, retry_cnt=7, rnr_retry=7):
+    def to_rts(self, timeout=14, retry_cnt=7, rnr_retry=7, extra=None):
+        """RTR -> RTS; `extra` as for `to_rtr`."""
         a = QPAttr()
         a.qp_state = e.IBV_QPS_RTS
         a.timeout = timeout
@@ -114,8 +119,9 @@ class Qp:
         a.rnr_retry = rnr_retry
         a.sq_psn = 0
         a.max_rd_atomic = 4
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT |
-                       e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+        mask = (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY |
+                e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+        self.qp.modify(a, mask | (extra(a) if extra else 0))
 
     def connect(self, peer, **rts):
         """Reset -> Init -> RTR -> RTS towards `peer`."""
