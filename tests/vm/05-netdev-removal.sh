@@ -12,7 +12,13 @@ result "devices on veth0 and veth1" $? "$LINK_OUT"
 in_a ip link del veth0
 check "ip link del veth0 removes ${DUT}0" eval "wait_for $RVRDMA_WAIT dev_gone ${DUT}0 && rdma_lists_not ${DUT}0"
 check "... and ${DUT}1 on the peer veth1, deleted with it" eval "wait_for $RVRDMA_WAIT dev_gone ${DUT}1 && rdma_lists_not ${DUT}1"
-check "rdma link show no longer lists them" eval "! rdma link show | grep -E '^link (${DUT}0|${DUT}1)/'"
+# rdma_links_gone: `rdma link show` works and lists neither device.
+rdma_links_gone() {
+	local out
+	out=$(rdma link show) || { echo "rdma link show failed"; return 1; }
+	! grep -E "^link (${DUT}0|${DUT}1)/" <<<"$out"
+}
+check "rdma link show no longer lists them" rdma_links_gone
 RDMA_LINKS=()
 veth_pair 0
 check_add "a new veth0 takes the same device name again" "${DUT}0" veth0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Automatic Path Migration across two links (issue 5): two-port devices made by a second
+# Automatic Path Migration across two links: two-port devices made by a second
 # `rdma link add`, the capability as user space sees it, and the migration scenarios of
 # tests/vm/apm.py (link cut with failover and migration back, the same with tc netem 100% loss,
 # migration by command, a MigReq from the wrong address (PATH_MIG_ERR), and a link cut with no
@@ -32,7 +32,19 @@ check "adding port 2 to a device in use fails with EBUSY" busy_add
 link_add "$b" veth3 || fail_rest "rdma link add $b netdev veth3: $LINK_OUT"
 check "rdma link (in rvA) shows both ports with their netdevs" eval \
 	'in_a rdma link show | grep -q "link $a/1 .* netdev veth0" && in_a rdma link show | grep -q "link $a/2 .* netdev veth2"'
-check_not "a third netdev is refused" link_add "$a" lo
+# third_refused: a third netdev (veth4, of a third veth pair) for a two-port device fails with
+# EEXIST and leaves the device with its two ports.
+third_refused() {
+	veth_pair 2 || { echo "could not add the veth4/veth5 pair"; return 1; }
+	if link_add "$a" veth4; then
+		echo "rdma link add $a netdev veth4 succeeded"
+		return 1
+	fi
+	echo "$LINK_OUT"
+	grep -q "File exists" <<<"$LINK_OUT" &&
+		test "$(ls "/sys/class/infiniband/$a/ports" 2>/dev/null | tr '\n' ' ')" = "1 2 "
+}
+check "a third netdev (veth4) is refused with EEXIST" third_refused
 # port_cap_flags_ok: every port advertises IB_PORT_AUTO_MIGR_SUP (0x20).
 port_cap_flags_ok() {
 	local f n=0

@@ -22,6 +22,26 @@ from pyverbs.wr import SGE, RecvWR
 from rcpair import Dev, Qp, check
 
 
+def wc_str(wc):
+    return "none" if wc is None else "status %d opcode %d qp %#x" % (wc.status, wc.opcode, wc.qp_num)
+
+
+def expect_wcs(q, n, what, status=e.IBV_WC_SUCCESS, opcode=None, secs=5.0):
+    """The next `n` completions of `q`'s CQ have `status` and come from `q`'s QP; successful ones
+    also have `opcode` (ibv_poll_cq(3): an error completion's opcode is undefined)."""
+    got = []
+    for _ in range(n):
+        wc = q.poll(secs)
+        if wc is None:
+            break
+        got.append(wc)
+    ok = len(got) == n and all(
+        wc.status == status and wc.qp_num == q.qp.qp_num and
+        (status != e.IBV_WC_SUCCESS or wc.opcode == opcode) for wc in got)
+    check(ok, "%s (%d of %d completions: %s)" % (what, len(got), n,
+                                               "; ".join(wc_str(wc) for wc in got) or "none"))
+
+
 def pair(a, b, cqe_a=64, srq_b=None, b_rts=True, cqe_b=64, access_b=None):
     qa, qb = Qp(a, cqe_a), Qp(b, cqe_b, srq=srq_b)
     qa.to_init()
@@ -41,43 +61,40 @@ def comm_est(a, b):
     qa, qb = pair(a, b, b_rts=False)
     qb.recv()
     qa.send()
-    check(qa.poll() is not None, "COMM_EST: the Send to a QP in RTR completes")
+    expect_wcs(qa, 1, "COMM_EST: the Send to a QP in RTR completes", opcode=e.IBV_WC_SEND)
+    expect_wcs(qb, 1, "COMM_EST: the QP in RTR receives it", opcode=e.IBV_WC_RECV)
     b.event(e.IBV_EVENT_COMM_EST, "COMM_EST on the RTR side")
 
 
 def access_err(a, b):
     qa, qb = pair(a, b)
     qa.write(b.mr.rkey ^ 0x80, b.mr.buf)
-    wc = qa.poll()
-    check(wc is not None and wc.status == e.IBV_WC_REM_ACCESS_ERR,
-          "QP_ACCESS_ERR: the writer gets a remote access error (%s)" %
-          (None if wc is None else wc.status))
+    expect_wcs(qa, 1, "QP_ACCESS_ERR: the writer gets a remote access error",
+               status=e.IBV_WC_REM_ACCESS_ERR)
     b.event(e.IBV_EVENT_QP_ACCESS_ERR, "QP_ACCESS_ERR on the target")
 
 
 def req_err(a, b):
     qa, qb = pair(a, b, access_b=e.IBV_ACCESS_LOCAL_WRITE)
     qa.write(b.mr.rkey, b.mr.buf)
-    wc = qa.poll()
-    check(wc is not None and wc.status == e.IBV_WC_REM_INV_REQ_ERR,
-          "QP_REQ_ERR: the writer gets a remote invalid request error (%s)" %
-          (None if wc is None else wc.status))
+    expect_wcs(qa, 1, "QP_REQ_ERR: the writer gets a remote invalid request error",
+               status=e.IBV_WC_REM_INV_REQ_ERR)
     b.event(e.IBV_EVENT_QP_REQ_ERR, "QP_REQ_ERR on the QP without remote write access")
     attr, _ = qb.qp.query(e.IBV_QP_STATE)
     check(attr.qp_state == e.IBV_QPS_ERR, "the target QP entered Error (class C)")
 
 
 def drain(q):
-    """Every completion left in `q`'s CQ (statuses)."""
+    """Every completion left in `q`'s CQ."""
     got = []
     while True:
         n, wcs = q.cq.poll(16)
         if not n:
             return got
-        got.extend(wc.status for wc in wcs[:n])
+        got.extend(wcs[:n])
 
 
-def overflowed(dev, q, posted, what):
+def overflowed(dev, q, posted, what, opcode):
     """Class G: CQ_ERR on the CQ and an affiliated error (QP_FATAL) on the QP, in either order
     (the CQ's event is delivered from its own work item); the QP in Error; no completion for
     the work that found the CQ full (nor a flush completion after it)."""
@@ -86,17 +103,19 @@ def overflowed(dev, q, posted, what):
           "CQ_ERR and QP_FATAL when the %s overflows (events %s)" % (what, got))
     attr, _ = q.qp.query(e.IBV_QP_STATE)
     check(attr.qp_state == e.IBV_QPS_ERR, "the QP entered Error (class G)")
-    st = drain(q)
-    check(len(st) < posted and all(s == e.IBV_WC_SUCCESS for s in st),
-          "the CQ holds only the %d successful completions that fit, of %d (%s)" %
-          (len(st), posted, st))
+    wcs = drain(q)
+    check(0 < len(wcs) < posted and
+          all(wc.status == e.IBV_WC_SUCCESS and wc.opcode == opcode and
+              wc.qp_num == q.qp.qp_num for wc in wcs),
+          "the CQ holds only the successful completions (opcode %d) that fit: %d of %d (%s)" %
+          (opcode, len(wcs), posted, "; ".join(wc_str(wc) for wc in wcs)))
 
 
 def cq_err(a, b):
     qa, qb = pair(a, b, cqe_a=1)
     qa.write(b.mr.rkey, b.mr.buf, n=4)
     time.sleep(1.0)
-    overflowed(a, qa, 4, "requester's send CQ")
+    overflowed(a, qa, 4, "requester's send CQ", e.IBV_WC_RDMA_WRITE)
 
 
 def rq_cq_err(a, b):
@@ -104,7 +123,7 @@ def rq_cq_err(a, b):
     qb.recv(4)
     qa.send(4)
     time.sleep(1.0)
-    overflowed(b, qb, 4, "responder's receive CQ")
+    overflowed(b, qb, 4, "responder's receive CQ", e.IBV_WC_RECV)
 
 
 def sq_drained(a, b):
@@ -116,6 +135,8 @@ def sq_drained(a, b):
     at.qp_state = e.IBV_QPS_SQD
     qa.qp.modify(at, e.IBV_QP_STATE)
     check(not a.event_pending(1.0), "no SQ_DRAINED when Modify QP to SQD did not ask for it")
+    expect_wcs(qa, 4, "the Sends posted before SQD complete", opcode=e.IBV_WC_SEND)
+    expect_wcs(qb, 4, "... and are received", opcode=e.IBV_WC_RECV)
     qa, qb = pair(a, b)
     qb.recv(4)
     qa.send(4)
@@ -125,6 +146,8 @@ def sq_drained(a, b):
     qa.qp.modify(at, e.IBV_QP_STATE | e.IBV_QP_EN_SQD_ASYNC_NOTIFY)
     time.sleep(0.5)
     a.event(e.IBV_EVENT_SQ_DRAINED, "SQ_DRAINED after Modify QP to SQD")
+    expect_wcs(qa, 4, "the drained SQ's Sends all completed", opcode=e.IBV_WC_SEND, secs=0.5)
+    expect_wcs(qb, 4, "... and were received", opcode=e.IBV_WC_RECV)
 
 
 def srq_events(a, b):
@@ -134,7 +157,8 @@ def srq_events(a, b):
     srq.modify(SrqAttr(srq_limit=3), e.IBV_SRQ_LIMIT)
     qa, qb = pair(a, b, srq_b=srq)
     qa.send(2)
-    check(qa.poll() is not None, "SRQ_LIMIT_REACHED: Sends to the SRQ QP complete")
+    expect_wcs(qa, 2, "SRQ_LIMIT_REACHED: Sends to the SRQ QP complete", opcode=e.IBV_WC_SEND)
+    expect_wcs(qb, 2, "... and are received through the SRQ", opcode=e.IBV_WC_RECV)
     time.sleep(0.3)
     b.event(e.IBV_EVENT_SRQ_LIMIT_REACHED, "SRQ_LIMIT_REACHED when the SRQ falls below 3")
     at = QPAttr()

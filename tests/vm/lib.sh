@@ -36,6 +36,8 @@ if [ ! -r "$KTAP_HELPERS" ]; then
 fi
 # shellcheck source=/dev/null
 . "$KTAP_HELPERS"
+# shellcheck source=tests/vm/klog.sh
+. "$RVRDMA_TESTS_DIR/klog.sh"
 
 # ---- KTAP helpers ------------------------------------------------------------------------------
 
@@ -216,13 +218,25 @@ link_del() {
 dev_exists() { [ -e "/sys/class/infiniband/$1" ]; }
 dev_gone() { [ ! -e "/sys/class/infiniband/$1" ]; }
 
-# Sorted names of all ib devices, as the rdma tool lists them.
+# Sorted names of all ib devices, as the rdma tool lists them; fails when `rdma dev show` fails
+# (an empty list must not read as "not listed" then).
 dev_list() {
-	rdma dev show | awk -F': ' '/^[0-9]+: /{print $2}' | sort
+	local out
+	out=$(rdma dev show) || { echo "rdma dev show failed" >&2; return 1; }
+	awk -F': ' '/^[0-9]+: /{print $2}' <<<"$out" | sort
 }
 
-rdma_lists() { dev_list | grep -qx "$1"; }
-rdma_lists_not() { ! dev_list | grep -qx "$1"; }
+rdma_lists() {
+	local l
+	l=$(dev_list) || return 1
+	grep -qx "$1" <<<"$l"
+}
+
+rdma_lists_not() {
+	local l
+	l=$(dev_list) || return 1
+	! grep -qx "$1" <<<"$l"
+}
 
 # port_state DEV: ACTIVE, DOWN, ... from sysfs ("4: ACTIVE").
 port_state() {
@@ -307,7 +321,8 @@ sysfs_gid_index() {
 
 # has_gid DEV ADDR [PORT]
 has_gid() { sysfs_gid_index "$1" "$(gid_full "$2")" "RoCE v2" "${3:-1}" >/dev/null; }
-has_no_gid() { ! has_gid "$@"; }
+# has_no_gid DEV ADDR [PORT]: the port's GID table is there and ADDR is not in it.
+has_no_gid() { [ -d "/sys/class/infiniband/$1/ports/${3:-1}/gids" ] && ! has_gid "$@"; }
 
 # pair_up: ${DUT}0 on veth0 and ${DUT}1 on veth1 with their IPv4 RoCE v2 GIDs present; sets GA
 # and GB to those GID indexes. Otherwise fails every planned point.
@@ -324,13 +339,72 @@ link_stat() {
 	rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v n="$2" '$0 == n { getline; print; exit }'
 }
 
+# ---- helpers in Python ---------------------------------------------------------------------------
+
+# run_points POINTS NAME CMD...: a helper NAME that prints "ok DESC" / "not ok DESC[: WHY]" lines (anything
+# else is a diagnostic) as POINTS KTAP test points, then one more: the helper ran to its end
+# (exit status 0, exactly POINTS points). Missing points fail. Plan POINTS + 1 for it.
+run_points() {
+	local want=$1 name=$2 out rc n=0 line i
+	shift 2
+	out=$("$@" 2>&1)
+	rc=$?
+	while IFS= read -r line; do
+		case $line in
+		"ok "*)
+			n=$((n + 1))
+			[ "$n" -le "$want" ] && ktap_test_pass "${line#ok }"
+			;;
+		"not ok "*)
+			n=$((n + 1))
+			[ "$n" -le "$want" ] && ktap_test_fail "${line#not ok }"
+			;;
+		"") ;;
+		*) diag "${line#\# }" ;;
+		esac
+	done <<<"$out"
+	for ((i = n; i < want; i++)); do
+		ktap_test_fail "not run: $name stopped after $n of $want points"
+	done
+	if [ "$rc" -eq 0 ] && [ "$n" -eq "$want" ]; then
+		ktap_test_pass "$name ran to its end"
+	else
+		diag "$name: exit status $rc, $n points printed, $want planned"
+		ktap_test_fail "$name ran to its end"
+	fi
+}
+
+# klog_clean_since T: no checker report (klog.sh) in the kernel log since kernel time T (from
+# klog_mark); prints the reports. Fails when dmesg fails too.
+klog_clean_since() {
+	local log hits
+	log=$(dmesg) || { echo "dmesg failed"; return 1; }
+	hits=$(klog_window "$1" <<<"$log" | klog_reports)
+	[ -z "$hits" ] || { echo "$hits"; return 1; }
+}
+
 # ---- traffic -------------------------------------------------------------------------------------
 
-PP_PORT=18515
+# The last TCP port a traffic run used, in a file: pp_run is often called in a subshell ($(...),
+# check), where a shell variable would not keep the count and every run would reuse one port.
+PP_PORT_FILE=${PP_PORT_FILE:-/tmp/rvrdma-pp-port}
+PP_PORT_FIRST=18516
+
+# pp_next_port: a TCP port no earlier traffic run of this boot used.
+pp_next_port() {
+	(
+		flock 9 || exit 1
+		p=$(cat "$PP_PORT_FILE" 2>/dev/null)
+		[[ $p =~ ^[0-9]+$ ]] && [ "$p" -lt 60000 ] && p=$((p + 1)) || p=$PP_PORT_FIRST
+		echo "$p" >"$PP_PORT_FILE" || exit 1
+		echo "$p"
+	) 9>>"$PP_PORT_FILE.lock"
+}
+
 # pp_run PROG SDEV SADDR CDEV CADDR [ARGS...]: a stock rdma-core example (ibv_rc_pingpong,
 # ibv_srq_pingpong, ...) with its server on SDEV in the netns that owns SADDR and its client on
 # CDEV in the other one, over RoCE v2 GIDs of SADDR/CADDR; ARGS go to both sides. Succeeds when
-# both sides exit 0. Each run uses a fresh TCP port. The examples exchange QP information over
+# both sides exit 0. Each run uses a fresh TCP port (pp_next_port). The examples exchange QP information over
 # TCP, whose server listens on IPv4 only: with IPv6 GIDs set PP_CONNECT to the server's IPv4.
 pp_run() { ex_run -g /dev/stdout "$@"; }
 
@@ -349,8 +423,7 @@ ex_run() {
 	shift 7
 	gs=$(sysfs_gid_index "$sdev" "$(gid_full "$saddr")" "RoCE v2") || { echo "no RoCE v2 GID for $saddr on $sdev"; return 1; }
 	gc=$(sysfs_gid_index "$cdev" "$(gid_full "$caddr")" "RoCE v2") || { echo "no RoCE v2 GID for $caddr on $cdev"; return 1; }
-	PP_PORT=$((PP_PORT + 1))
-	port=$PP_PORT
+	port=$(pp_next_port) || { echo "no TCP port from $PP_PORT_FILE"; return 1; }
 	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
 	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
 	spid=$!
