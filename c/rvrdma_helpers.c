@@ -5,6 +5,8 @@
  */
 #include <linux/if_vlan.h>
 #include <net/addrconf.h>
+#include <kunit/test.h>
+#include <kunit/test-bug.h>
 #include "rvrdma_helpers.h"
 
 /*
@@ -139,4 +141,13 @@ bool rvr_ib_is_udata_cleared(struct ib_udata *udata, size_t offset, size_t len)
 struct ib_ucontext *rvr_ib_udata_ucontext(struct ib_udata *udata)
 {
 	return container_of(udata, struct uverbs_attr_bundle, driver_udata)->context;
+}
+
+/* Marks the KUnit test running in this task as skipped (a no-op outside one). */
+void rvr_kunit_skip_current(const char *reason)
+{
+	struct kunit *test = kunit_get_current_test();
+
+	if (test)
+		kunit_mark_skipped(test, "%s", reason);
 }

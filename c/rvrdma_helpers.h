@@ -41,4 +41,7 @@ int rvr_ib_copy_to_udata(struct ib_udata *udata, const void *src, size_t len);
 bool rvr_ib_is_udata_cleared(struct ib_udata *udata, size_t offset, size_t len);
 struct ib_ucontext *rvr_ib_udata_ucontext(struct ib_udata *udata);
 
+/* KUnit. */
+void rvr_kunit_skip_current(const char *reason);
+
 #endif

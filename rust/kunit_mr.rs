@@ -165,11 +165,8 @@ mod tests {
 
     /// lkey 0 names the inline area: readable by offset, in bounds, never writable.
     #[test]
-    fn inline_area() {
-        let table = match Arc::pin_init(MrTable::new(), GFP_KERNEL) {
-            Ok(t) => t,
-            Err(_) => return,
-        };
+    fn inline_area() -> Result {
+        let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
         let inline = [1u8, 2, 3, 4, 5, 6, 7, 8];
         let mut mem = QpMemory::new(&table, 1, &inline);
         let sg = |addr, length| Sge {
@@ -198,5 +195,6 @@ mod tests {
             lkey: 0x1234,
         };
         assert_eq!(mem.check_local(&[mr_sg], 0), Err(MemError::BadKey));
+        Ok(())
     }
 }

@@ -5,6 +5,7 @@
 
 #[kernel::prelude::kunit_tests(rvrdma_net)]
 mod tests {
+    use crate::kunit_support;
     use crate::net::netdev::NetDevRef;
     use crate::net::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
     use crate::net::skb::{Skb, SkbQueue};
@@ -261,17 +262,17 @@ mod tests {
     /// End to end on `lo` of the initial namespace: acquire the netns socket, build IPv4 and
     /// IPv6 packets (route, headers, ICRC, owner), send them with `ip_local_out` /
     /// `ip6_local_out`, receive them through `encap_rcv` and the hook, parse them and check the
-    /// ICRC and payload; the last `TunnelRef` releases the socket. Skipped (passes) when `lo` is
+    /// ICRC and payload; the last `TunnelRef` releases the socket. A KUnit skip when `lo` is
     /// missing or port 4791 is taken (rdma_rxe in the initial namespace).
     #[test]
     fn send_and_receive_on_lo() {
         let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
-            pr_info!("send_and_receive_on_lo: no lo, skipped\n");
+            kunit_support::skip(c"no lo in the initial namespace");
             return;
         };
         let before = udp_tunnel::open_count();
         let Ok(tun) = udp_tunnel::acquire(&lo) else {
-            pr_info!("send_and_receive_on_lo: port 4791 taken, skipped\n");
+            kunit_support::skip(c"UDP port 4791 is taken in the initial namespace");
             return;
         };
         assert_eq!(udp_tunnel::open_count(), before + 1);
@@ -331,14 +332,17 @@ mod tests {
     }
 
     /// The namespace's exit releases its sockets while a `TunnelRef` still exists: the ref then
-    /// reports dead, building fails with ENETDOWN, and dropping it does nothing more.
+    /// reports dead, building fails with ENETDOWN, and dropping it does nothing more. A KUnit
+    /// skip as [`send_and_receive_on_lo`].
     #[test]
     fn netns_exit_with_live_ref() {
         let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
+            kunit_support::skip(c"no lo in the initial namespace");
             return;
         };
         let before = udp_tunnel::open_count();
         let Ok(tun) = udp_tunnel::acquire(&lo) else {
+            kunit_support::skip(c"UDP port 4791 is taken in the initial namespace");
             return;
         };
         assert!(tun.is_live());

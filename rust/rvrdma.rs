@@ -18,6 +18,8 @@ mod kunit_core;
 mod kunit_loopback;
 mod kunit_mr;
 mod kunit_net;
+#[cfg(CONFIG_KUNIT = "y")]
+mod kunit_support;
 pub mod net;
 #[path = "core/src/lib.rs"]
 pub mod rvcore;
