@@ -6,7 +6,7 @@
 use crate::events::{Completion, CqKind, Outputs, Timer, WcOpcode, WcStatus};
 use crate::memory::Memory;
 use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
-use crate::requester::{SqLogic, SqOutcome, TxCtx};
+use crate::requester::{local_ack_timeout_ns, SqLogic, SqOutcome, TxCtx};
 use crate::wire::{aeth::rnr_timer_ns, Headers, NakCode, Operation, Syndrome, Transport};
 use crate::wqe::{SendFlags, SendOpcode, SendSlot};
 
@@ -97,19 +97,30 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
     }
 
-    fn after_progress<O: Outputs>(&mut self, now: u64, qpn: u32, out: &mut O) -> SqOutcome {
+    /// After a response: the transport timer stops when nothing is outstanding and restarts
+    /// when the response made progress (`una` moved or a retry began). A response that changed
+    /// nothing (an ignored NAK) leaves it alone: otherwise a peer answering faster than the
+    /// local ACK timeout would postpone it forever.
+    fn after_response<O: Outputs>(
+        &mut self,
+        now: u64,
+        progressed: bool,
+        qpn: u32,
+        out: &mut O,
+    ) -> SqOutcome {
         if self.una == self.high_psn {
             self.cancel_rto(out);
-        } else if self.rnr_until.is_none() {
+        } else if self.rnr_until.is_none() && (progressed || self.rto_deadline.is_none()) {
             self.arm_rto(now, out);
         }
         self.retire(qpn, out)
     }
 
-    /// One sequence-error style retry (PSN sequence NAK, implied NAK): counts against the retry
+    /// One retry (transport timer, PSN sequence NAK, implied NAK): counts against the retry
     /// count and rewinds to `p`.
     fn retry_from(&mut self, p: Psn) -> SqOutcome {
         self.retry_psn = Some(p);
+        self.retry_resent = false;
         if self.retry_left == 0 {
             return SqOutcome::RetryExhausted;
         }
@@ -119,11 +130,22 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         SqOutcome::Ok
     }
 
-    /// A NAK-style retry (sequence NAK, implied NAK) for `p`, unless a retransmission from `p`
-    /// is already under way (duplicated NAKs and every ACK beyond a lost read response would
-    /// otherwise each cost a retry); the transport timer covers a lost retransmission.
-    fn nak_retry(&mut self, p: Psn) -> SqOutcome {
-        if self.retry_psn == Some(p) {
+    /// A NAK-style retry for `p`: a PSN sequence error NAK, or (`implied`) a response beyond the
+    /// missing RDMA Read or atomic response at `p`.
+    ///
+    /// Seed 000: repetitive sequence NAKs for the same request each cost a retry. The responder
+    /// sends one NAK per sequence error, so a NAK for `p` that arrives after `p` went out again
+    /// answers the retransmission and counts; a copy arriving before that is the NAK already
+    /// acted on and costs nothing.
+    ///
+    /// A repeated implied NAK is not counted here: every ACK that was already on its way when
+    /// the retry began (one per coalesced group or message of a go-back-N pass) reaches beyond
+    /// the missing response too, and nothing in it tells it from an answer to the
+    /// retransmission; counting them would turn one lost response into RETRY_EXC_ERR. The
+    /// ignored ones do not restart the transport timer (see `after_response`), so a peer that
+    /// keeps answering this way costs a retry per local ACK timeout instead.
+    fn nak_retry(&mut self, p: Psn, implied: bool) -> SqOutcome {
+        if self.retry_psn == Some(p) && (implied || !self.retry_resent) {
             return SqOutcome::Ok;
         }
         self.retry_from(p)
@@ -146,6 +168,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
         let psn = h.bth.psn;
         let info = h.info();
+        let (una0, retries0) = (self.una, self.counters.retries);
         // Seed 003: every positive ACK (also duplicates, ghosts, unsolicited ones) carries the
         // peer's MSN and credits.
         if let Some(a) = h.aeth {
@@ -153,6 +176,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 if ctx.transport == Transport::Rc {
                     self.credit = self.credit.update(a.msn, credit);
                     self.credit_known = !self.credit.is_unlimited();
+                }
+                // The answer to a credit probe: the path and the peer are alive.
+                if self.probe_since.is_some() && psn == self.una.prev() {
+                    self.probe_since = None;
+                    self.reload_retries();
                 }
             }
         }
@@ -172,7 +200,10 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             _ => return SqOutcome::Ok,
         };
         match outcome {
-            SqOutcome::Ok => self.after_progress(now, ctx.qpn, out),
+            SqOutcome::Ok => {
+                let progressed = self.una != una0 || self.counters.retries != retries0;
+                self.after_response(now, progressed, ctx.qpn, out)
+            }
             o => o,
         }
     }
@@ -187,13 +218,13 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
     ) -> SqOutcome {
         match syn {
             Syndrome::Ack { .. } => match self.ack_through(psn) {
-                Some(missing) => self.nak_retry(missing),
+                Some(missing) => self.nak_retry(missing, true),
                 None => SqOutcome::Ok,
             },
             Syndrome::RnrNak { timer } => {
                 self.counters.rnr_naks_received = self.counters.rnr_naks_received.wrapping_add(1);
                 if let Some(m) = self.ack_before_nak(psn) {
-                    return self.nak_retry(m);
+                    return self.nak_retry(m, true);
                 }
                 if self.cfg.rnr_retry < 7 {
                     if self.rnr_left == 0 {
@@ -211,9 +242,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.seq_naks_received = self.counters.seq_naks_received.wrapping_add(1);
                 if let Some(m) = self.ack_before_nak(psn) {
-                    return self.nak_retry(m);
+                    return self.nak_retry(m, true);
                 }
-                self.nak_retry(psn)
+                self.nak_retry(psn, false)
             }
             Syndrome::Nak(code) => {
                 // Everything before the NAKed packet was executed.
@@ -304,13 +335,13 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         if s.wr.opcode != crate::wqe::SendOpcode::RdmaRead {
             // An atomic is still unanswered before this read response: implied NAK.
             if psn.is_after(f) {
-                return self.nak_retry(f);
+                return self.nak_retry(f, true);
             }
             return SqOutcome::Ok;
         }
         if psn != expected {
             if psn.is_after(expected) {
-                return self.nak_retry(expected);
+                return self.nak_retry(expected, true);
             }
             self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
             return SqOutcome::Ok;
@@ -366,7 +397,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         if !s.wr.opcode.is_atomic() {
             if s.wr.opcode.is_read_or_atomic() && psn.is_after(f) {
                 let mtu = self.cfg.mtu.max(1);
-                return self.nak_retry(f.add(s.read_done / mtu));
+                return self.nak_retry(f.add(s.read_done / mtu), true);
             }
             return SqOutcome::Ok;
         }
@@ -409,10 +440,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 }
                 self.rto_deadline = None;
                 if self.una == self.high_psn || self.frozen {
-                    // Nothing in flight: if a limited message waits for credits, the peer's
-                    // unsolicited ACK did not come; let one probe packet go (seed 003).
+                    // Nothing in flight: if a limited message waits for credits, the timer
+                    // spaced its credit probes (see `transmit`).
                     if self.credit_hold && !self.frozen {
-                        self.probe_allowed = true;
+                        self.credit_probe_due = true;
+                        return self.probe_timeout(now);
                     }
                     return SqOutcome::Ok;
                 }
@@ -421,6 +453,26 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 self.retry_from(una)
             }
         }
+    }
+
+    /// A credit probe unanswered for a local ACK timeout costs a retry, as a transport timeout
+    /// does (seed 000: repetitive timeouts exhaust the retry count, then migrate or fail).
+    fn probe_timeout(&mut self, now: u64) -> SqOutcome {
+        let (Some(since), Some(t)) = (self.probe_since, local_ack_timeout_ns(self.cfg.timeout))
+        else {
+            return SqOutcome::Ok;
+        };
+        if now.saturating_sub(since) < t {
+            return SqOutcome::Ok;
+        }
+        self.counters.timeouts = self.counters.timeouts.wrapping_add(1);
+        self.probe_since = Some(now);
+        if self.retry_left == 0 {
+            return SqOutcome::RetryExhausted;
+        }
+        self.retry_left -= 1;
+        self.counters.retries = self.counters.retries.wrapping_add(1);
+        SqOutcome::Ok
     }
 
     /// After APM migrated the QP on retry exhaustion: reload the retry count and retry the

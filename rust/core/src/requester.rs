@@ -88,6 +88,20 @@ pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     Some(4096u64 << shift)
 }
 
+/// First spacing of the credit probes of a hold (about 1 ms); each further probe waits twice
+/// as long, up to [`CREDIT_PROBE_MAX_NS`]. Independent of the local ACK timeout, which may be
+/// infinite or seconds long: a lost unsolicited ACK costs at most one spacing.
+pub const CREDIT_PROBE_MIN_NS: u64 = 1 << 20;
+
+/// Longest spacing of the credit probes (about 134 ms).
+pub const CREDIT_PROBE_MAX_NS: u64 = 1 << 27;
+
+/// The wait before credit probe number `n` (0-based) of a hold.
+pub fn credit_probe_delay_ns(n: u32) -> u64 {
+    let doublings = CREDIT_PROBE_MAX_NS.trailing_zeros() - CREDIT_PROBE_MIN_NS.trailing_zeros();
+    (CREDIT_PROBE_MIN_NS << n.min(doublings)).min(CREDIT_PROBE_MAX_NS)
+}
+
 /// Counters kept by the SQ Logic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SqCounters {
@@ -105,6 +119,8 @@ pub struct SqCounters {
     pub seq_naks_received: u64,
     /// Times a new Send/WriteImm found no credit.
     pub credit_stalls: u64,
+    /// Credit probes sent while holding a message for credits.
+    pub credit_probes: u64,
     /// Response packets received.
     pub responses_received: u64,
     /// Duplicate or ghost responses dropped.
@@ -139,13 +155,21 @@ pub struct SqLogic<S> {
     pub(crate) uncredited: Option<u64>,
     /// The peer has reported its credits in an ACK (a value other than `0x1F`).
     pub(crate) credit_known: bool,
-    /// A limited message waits for the peer's credits without probing (see `transmit`).
+    /// A limited message waits for the peer's credits (see `transmit`).
     pub(crate) credit_hold: bool,
-    /// The local ACK timeout expired during a credit hold: one probe packet may go.
-    pub(crate) probe_allowed: bool,
+    /// The credit probe timer expired during a credit hold: one credit probe may go.
+    pub(crate) credit_probe_due: bool,
+    /// Credit probes sent during the current hold (spaces the next one, see
+    /// [`credit_probe_delay_ns`]).
+    pub(crate) credit_probes: u32,
+    /// When the oldest credit probe still unanswered went out.
+    pub(crate) probe_since: Option<u64>,
     pub(crate) retry_left: u8,
-    /// PSN of the last NAK-triggered rewind, until the oldest unacknowledged PSN moves.
+    /// PSN the last retry rewound to, until the oldest unacknowledged PSN moves.
     pub(crate) retry_psn: Option<Psn>,
+    /// The packet at `retry_psn` went out again since that retry: a sequence NAK for it now
+    /// answers the retransmission (a repetition, seed 000), not the packet behind the retry.
+    pub(crate) retry_resent: bool,
     pub(crate) rnr_left: u8,
     /// Transmission paused until this time after an RNR NAK.
     pub(crate) rnr_until: Option<u64>,
@@ -215,9 +239,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             uncredited: None,
             credit_known: false,
             credit_hold: false,
-            probe_allowed: false,
+            credit_probe_due: false,
+            credit_probes: 0,
+            probe_since: None,
             retry_left: 7,
             retry_psn: None,
+            retry_resent: false,
             rnr_left: 7,
             rnr_until: None,
             rto_deadline: None,
@@ -243,11 +270,14 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.uncredited = None;
         self.credit_known = false;
         self.credit_hold = false;
-        self.probe_allowed = false;
+        self.credit_probe_due = false;
+        self.credit_probes = 0;
+        self.probe_since = None;
         self.rnr_until = None;
         self.rto_deadline = None;
         self.rd_atomic_out = 0;
         self.retry_psn = None;
+        self.retry_resent = false;
         self.frozen = false;
         self.reload_retries();
     }
@@ -395,6 +425,36 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
     }
 
+    /// Arms the transport timer's slot for the next credit probe of a hold (nothing is in
+    /// flight then, so the slot is free; see `on_timer`).
+    fn arm_credit_probe<O: Outputs>(&mut self, now: u64, out: &mut O) {
+        let d = now.saturating_add(credit_probe_delay_ns(self.credit_probes));
+        self.credit_probes = self.credit_probes.saturating_add(1);
+        self.rto_deadline = Some(d);
+        out.set_timer(Timer::Retransmit, d);
+    }
+
+    /// Asks the responder for its current credits without spending anything: a zero-length
+    /// Send Only, AckReq set, at the PSN before the oldest unacknowledged one. Nothing is in
+    /// flight, so the responder has executed that PSN and takes this packet as a duplicate: it
+    /// acknowledges it again with its current credit count and MSN and executes nothing (no
+    /// receive WQE, no RNR NAK). Its ACK, a duplicate to us, carries the credits (seed 003:
+    /// every ACK, duplicates included, updates the LSN). A probe left unanswered for a local
+    /// ACK timeout counts as a transport timeout (see `on_timer`): a dead path or peer ends a
+    /// hold the way it ends any wait for a response.
+    fn send_credit_probe<O: Outputs>(&mut self, now: u64, ctx: &TxCtx<'_>, out: &mut O) {
+        if self.probe_since.is_none() {
+            self.probe_since = Some(now);
+        }
+        let mut bth = Bth::new(Opcode::RcSendOnly, ctx.dest_qp, self.una.prev());
+        bth.mig_req = ctx.mig_req;
+        bth.pkey = ctx.pkey;
+        bth.ack_req = true;
+        out.transmit(ctx.path, &Headers::new(bth), PayloadSource::None);
+        self.counters.packets_sent = self.counters.packets_sent.wrapping_add(1);
+        self.counters.credit_probes = self.counters.credit_probes.wrapping_add(1);
+    }
+
     /// Stops the transport timer (Local ACK Timeout) if it runs.
     pub(crate) fn cancel_rto<O: Outputs>(&mut self, out: &mut O) {
         if self.rto_deadline.take().is_some() {
@@ -528,18 +588,27 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                             // Seed 003 lets the SQ send the first packet of a limited message
                             // as a probe, which draws an RNR NAK when the RQ is really empty.
                             // Once the peer has reported its credits, its RQ Logic sends an
-                            // unsolicited ACK as soon as a WQE is posted: wait for it, and
-                            // probe only if a local ACK timeout passes without one.
-                            if self.credit_known && !self.probe_allowed {
-                                if self.rto_deadline.is_none() {
-                                    self.arm_rto(now, out);
+                            // unsolicited ACK as soon as a WQE is posted: wait for it, and ask
+                            // for the credits now and then in case it was lost.
+                            if self.credit_known {
+                                if self.una == self.high_psn {
+                                    if self.credit_probe_due {
+                                        self.credit_probe_due = false;
+                                        self.send_credit_probe(now, ctx, out);
+                                        sent += 1;
+                                    }
+                                    if self.rto_deadline.is_none() {
+                                        self.arm_credit_probe(now, out);
+                                    }
                                 }
                                 break;
                             }
-                            self.probe_allowed = false;
                             no_credit = true;
                         } else {
                             self.credit_hold = false;
+                            self.credit_probe_due = false;
+                            self.credit_probes = 0;
+                            self.probe_since = None;
                         }
                     } else {
                         self.credit = self.credit.bump();
@@ -722,6 +791,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         }
         // A resumed RDMA Read may start later than `next_psn` (see above).
         let psn = h.bth.psn;
+        if self.retry_psn == Some(psn) {
+            self.retry_resent = true;
+        }
         let uc = ctx.transport != Transport::Rc;
         if uc {
             // UC: no acknowledgements at all.
@@ -798,5 +870,20 @@ fn slot_sges(sq: &[SendSlot], i: Option<usize>) -> &[crate::wqe::Sge] {
     match i.and_then(|i| sq.get(i)) {
         Some(s) => s.wr.sg.as_slice(),
         None => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_probe_spacing_doubles_up_to_the_cap() {
+        assert_eq!(credit_probe_delay_ns(0), CREDIT_PROBE_MIN_NS);
+        assert_eq!(credit_probe_delay_ns(1), 2 * CREDIT_PROBE_MIN_NS);
+        assert_eq!(credit_probe_delay_ns(7), CREDIT_PROBE_MAX_NS);
+        assert_eq!(credit_probe_delay_ns(8), CREDIT_PROBE_MAX_NS);
+        assert_eq!(credit_probe_delay_ns(44), CREDIT_PROBE_MAX_NS);
+        assert_eq!(credit_probe_delay_ns(u32::MAX), CREDIT_PROBE_MAX_NS);
     }
 }

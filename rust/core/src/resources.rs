@@ -32,6 +32,9 @@ pub(crate) enum ResKind {
 pub(crate) struct AckItem {
     pub(crate) psn: Psn,
     pub(crate) syndrome: Syndrome,
+    /// A credit update of the responder's own accord (no request asked for it): the peer may
+    /// never see it, so it does not end the peer's credit wait as far as the responder knows.
+    pub(crate) unsolicited: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

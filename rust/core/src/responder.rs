@@ -176,6 +176,8 @@ pub struct RqLogic<R> {
     pub(crate) pending_ack: Option<AckItem>,
     pkts_since_ack: u32,
     peer_may_stall: bool,
+    /// Credit code of the last ACK sent.
+    announced: Option<u8>,
     /// UC: drop Middle/Last packets until the next First/Only.
     uc_skip: bool,
     pub(crate) cfg: RqConfig,
@@ -231,6 +233,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             pending_ack: None,
             pkts_since_ack: 0,
             peer_may_stall: false,
+            announced: None,
             uc_skip: false,
             cfg: RqConfig::default(),
             counters: RqCounters::default(),
@@ -253,6 +256,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.pending_ack = None;
         self.pkts_since_ack = 0;
         self.peer_may_stall = false;
+        self.announced = None;
         self.uc_skip = false;
         self.frozen = false;
     }
@@ -338,11 +342,20 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             },
             s => s,
         };
-        if let Syndrome::Ack { credit } = syndrome {
-            self.peer_may_stall = credit == 0;
-        }
-        if let Syndrome::RnrNak { .. } = syndrome {
-            self.peer_may_stall = true;
+        // The peer may wait for credits once told "0" (or RNR NAKed). An answer to one of its
+        // requests that reports credits ends that; an unsolicited update may be lost on the
+        // way, so the responder keeps announcing (see `maybe_unsolicited_ack`).
+        match syndrome {
+            Syndrome::Ack { credit } => {
+                if credit == 0 {
+                    self.peer_may_stall = true;
+                } else if !a.unsolicited {
+                    self.peer_may_stall = false;
+                }
+                self.announced = Some(credit);
+            }
+            Syndrome::RnrNak { .. } => self.peer_may_stall = true,
+            _ => {}
         }
         h.aeth = Some(Aeth {
             syndrome,
@@ -357,6 +370,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         AckItem {
             psn,
             syndrome: Syndrome::Ack { credit: 0 },
+            unsolicited: false,
         }
     }
 
@@ -368,8 +382,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.counters.unsolicited_acks = self.counters.unsolicited_acks.wrapping_add(1);
     }
 
-    /// After receives were posted: if the peer may be stalled for credits (the last ACK said 0
-    /// or an RNR NAK went out), send an unsolicited ACK with the new credits (seed 003).
+    /// After receives were posted: if the peer may be stalled for credits (an ACK said 0 or an
+    /// RNR NAK went out, and no answer to a request has reported credits since), send an
+    /// unsolicited ACK with the new credits (seed 003). Again for each receive that changes the
+    /// credit code last announced, since an earlier update may have been lost: the peer's
+    /// credit probes repair that too, but a new receive repairs it at once. At most one ACK per
+    /// code of Table 17-8 (about 30) until the peer moves.
     pub fn maybe_unsolicited_ack<O: Outputs>(&mut self, ctx: &RxCtx<'_>, out: &mut O) {
         // Never let an unsolicited ACK replace a NAK still queued behind read responses.
         let nak_queued = matches!(self.pending_ack, Some(a) if !a.syndrome.is_ack());
@@ -378,10 +396,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             && !self.cfg.ud
             && !self.cfg.srq
             && self.credits() > 0
+            && self.announced != Some(self.credit_code())
             && !self.frozen
             && !nak_queued
         {
-            let a = self.ack(self.epsn.prev());
+            let mut a = self.ack(self.epsn.prev());
+            a.unsolicited = true;
             self.queue_ack(a, ctx, out);
             self.counters.unsolicited_acks = self.counters.unsolicited_acks.wrapping_add(1);
         }
@@ -402,6 +422,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let a = AckItem {
             psn,
             syndrome: Syndrome::Nak(code),
+            unsolicited: false,
         };
         self.emit(a, ctx, out);
         self.cur = None;
@@ -509,6 +530,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             syndrome: Syndrome::RnrNak {
                 timer: self.cfg.min_rnr_timer & 0x1F,
             },
+            unsolicited: false,
         };
         self.queue_ack(a, ctx, out);
         RqOutcome::Ok
@@ -543,6 +565,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     let a = AckItem {
                         psn: self.epsn,
                         syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                        unsolicited: false,
                     };
                     self.queue_ack(a, ctx, out);
                 }

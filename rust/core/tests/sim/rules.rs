@@ -68,6 +68,8 @@ pub struct Opts {
     pub uc: bool,
     /// Starting PSNs of node 0's and node 1's SQ (default PSN_A, PSN_B).
     pub psns: (u32, u32),
+    /// Local ACK timeout exponent of both SQs (0 = infinite).
+    pub timeout: u8,
 }
 
 impl Default for Opts {
@@ -83,6 +85,7 @@ impl Default for Opts {
             to: QpState::Rts,
             uc: false,
             psns: (PSN_A, PSN_B),
+            timeout: 8,
         }
     }
 }
@@ -193,7 +196,7 @@ impl Duo {
         let e = &mut self.e[i];
         let mut a = QpAttrs {
             qp_state: QpState::Rts,
-            timeout: 8,
+            timeout: o.timeout,
             retry_cnt: o.retry_cnt,
             rnr_retry: o.rnr_retry,
             sq_psn: if i == 0 { o.psns.0 } else { o.psns.1 },
@@ -435,15 +438,13 @@ fn seed003_msn_plus_credits_gives_lsn() {
     assert_eq!(d.e[0].qp.sq_logic().credit_limit(), CreditLimit::Lsn(8));
 }
 
-/// With the peer's credits known to be 0, a limited message waits (no probe packet, so no RNR
-/// NAK) until the local ACK timeout; then one probe may go (seed 003).
-fn hold_then_probe(d: &mut Duo) {
-    assert!(
-        d.take(0).is_empty(),
-        "holds for credits: no probe before the timeout"
-    );
-    d.fire(0, Timer::Retransmit);
-    d.progress(0);
+/// The peer's initial unsolicited ACK is lost: the requester has heard no credit count from
+/// the responder, so it behaves as seed 003 "SQ Logic's Behavior When No Credits Are
+/// Available" says (only the first packet of a Send, with AckReq, then wait). Once the peer has
+/// reported a count, the requester holds instead (see the credit probe tests).
+fn credits_not_reported(d: &mut Duo) {
+    assert_eq!(d.take(1).len(), 1, "initial ACK (lost)");
+    d.take(0);
 }
 
 #[test]
@@ -480,12 +481,10 @@ fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
 #[test]
 fn seed003_no_credit_only_first_packet_with_ackreq() {
     let mut d = Duo::new(Opts::default());
-    d.flow(1); // initial ACK: 0 credits
-    d.take(0);
+    credits_not_reported(&mut d);
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
-    hold_then_probe(&mut d);
     let p = d.take(0);
     assert_eq!(p.len(), 1, "only the first packet without credit");
     assert_eq!(p[0].0.bth.opcode, Opcode::RcSendFirst);
@@ -504,14 +503,12 @@ fn seed003_no_credit_only_first_packet_with_ackreq() {
 #[test]
 fn seed003_write_imm_without_credit_sends_all_packets_ackreq_on_last() {
     let mut d = Duo::new(Opts::default());
-    d.flow(1);
-    d.take(0);
+    credits_not_reported(&mut d);
     d.post(0, send_wr(1, SendOpcode::RdmaWriteWithImm, 3 * MTU))
         .expect("post");
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
         .expect("post");
     d.progress(0);
-    hold_then_probe(&mut d);
     let p = d.take(0);
     assert_eq!(p.len(), 3, "all WriteImm packets, then wait");
     assert!(p[2].0.bth.ack_req);
@@ -559,12 +556,10 @@ fn seed003_unlimited_peer_reporting_0x1f_is_never_throttled() {
 #[test]
 fn seed003_no_credit_check_on_retransmission() {
     let mut d = Duo::new(Opts::default());
-    d.flow(1);
-    d.take(0);
+    credits_not_reported(&mut d);
     d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
         .expect("post");
     d.progress(0);
-    hold_then_probe(&mut d);
     assert_eq!(d.take(0).len(), 1); // lost
     d.fire(0, Timer::Retransmit);
     d.progress(0);
@@ -579,6 +574,7 @@ fn seed003_no_credit_check_on_retransmission() {
 
 #[test]
 fn seed003_no_reordering_of_the_sq() {
+    // Credits known to be 0: the Send holds, and the Write behind it waits too.
     let mut d = Duo::new(Opts::default());
     d.flow(1);
     d.take(0);
@@ -591,9 +587,69 @@ fn seed003_no_reordering_of_the_sq() {
         d.take(0).is_empty(),
         "the Write must not overtake the stalled Send"
     );
-    hold_then_probe(&mut d);
+    // Credits not reported: the Send's first packet goes, the Write waits behind the rest.
+    let mut d = Duo::new(Opts::default());
+    credits_not_reported(&mut d);
+    d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
     let p = d.take(0);
     assert_eq!(p.len(), 1, "the Write must not overtake the stalled Send");
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendFirst);
+}
+
+/// While the requester holds a limited message (the peer reported 0 credits), it asks for the
+/// credits on a schedule of its own: a zero-length Send Only at the last acknowledged PSN, with
+/// AckReq. The responder takes it as a duplicate: it re-acknowledges it with its current
+/// credit count, consumes no receive WQE and sends no RNR NAK (seed 003: credits ride on every
+/// ACK, duplicates included).
+#[test]
+fn seed003_credit_probe_is_a_duplicate_that_draws_the_current_credits() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty());
+    let first = retransmit_deadline(&d, 0).expect("probe timer");
+    assert_eq!(first, d.now + rvrdma_core::requester::CREDIT_PROBE_MIN_NS);
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    let h = &p[0].0;
+    assert_eq!(h.bth.opcode, Opcode::RcSendOnly);
+    assert!(h.bth.ack_req);
+    assert_eq!(h.bth.psn, Psn::new(PSN_A).prev());
+    assert!(p[0].1.is_empty());
+    assert_eq!(
+        retransmit_deadline(&d, 0),
+        Some(d.now + 2 * rvrdma_core::requester::CREDIT_PROBE_MIN_NS),
+        "the next probe waits twice as long"
+    );
+    // No receive yet: re-ACKed with 0 credits; nothing executed.
+    d.deliver(1, h, &p[0].1, 1);
+    let r = d.take(1);
+    assert_eq!(aeth_of(&r[0].0).syndrome, Syndrome::Ack { credit: 0 });
+    assert_eq!(r[0].0.bth.psn, Psn::new(PSN_A).prev());
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    // With a receive posted (its unsolicited ACK lost), the next probe brings the credit and
+    // the Send goes.
+    d.post_recv(1, 64).expect("recv");
+    d.take(1);
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    d.flow(0);
+    d.flow(1);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendOnly);
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A));
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 1, "the probe took no WQE");
 }
 
 #[test]
@@ -2104,4 +2160,381 @@ fn srq_qp_flushes_the_wqe_it_holds_on_error() {
     assert_eq!(c.len(), 1, "the held WQE completes");
     assert_eq!(c[0].status, WcStatus::WrFlushErr);
     assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
+}
+
+// ---- seed 000: repeated NAKs for the same request exhaust the retry count ------------------
+
+/// A response from node 1 to node 0 at `psn` with `aeth`.
+fn ack_pkt(psn: u32, aeth: Aeth) -> Headers {
+    let mut h = Headers::new(Bth::new(Opcode::RcAcknowledge, 0x11, Psn::new(psn)));
+    h.aeth = Some(aeth);
+    h
+}
+
+fn retransmit_deadline(d: &Duo, i: usize) -> Option<u64> {
+    d.e[i].out.timers[timer_index(Timer::Retransmit)]
+}
+
+/// Node 0 has one RDMA Write outstanding (lost); the peer answers with PSN sequence
+/// error NAKs for it, 0.1 ms apart (well inside the 1 ms local ACK timeout), and node 0
+/// retransmits after each. Returns how many NAKs were delivered when node 0 stopped retrying
+/// (left RTS or migrated), or `None` if it never did within 20 NAKs.
+fn nak_storm(d: &mut Duo) -> Option<usize> {
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    let sent = d.take(0);
+    assert_eq!(sent.len(), 1);
+    let psn = sent[0].0.bth.psn;
+    let first_deadline = retransmit_deadline(d, 0).expect("timer armed");
+    let nak = ack_pkt(psn.value(), Aeth::nak(0, NakCode::PsnSequenceError));
+    for k in 1..=20 {
+        d.now += 100_000;
+        d.deliver(0, &nak, &[], 1);
+        if d.state(0) != QpState::Rts || d.e[0].out.has_event(AsyncEvent::PathMig) {
+            return Some(k);
+        }
+        d.progress(0);
+        let p = d.take(0);
+        assert_eq!(p.len(), 1, "retransmits the NAKed packet (NAK {k})");
+        assert_eq!(p[0].0.bth.psn, psn);
+        assert!(d.now < first_deadline, "the NAKs alone, not the timer");
+    }
+    None
+}
+
+/// Seed 000 ("Repetitive PSN Sequence Error Naks"): each PSN sequence error NAK for the same
+/// request costs a retry; when the count is exhausted and the QP is not armed, the request
+/// completes with RETRY_EXC_ERR ("On Exhaustion") and the QP enters Error. A peer that NAKs
+/// faster than the local ACK timeout must not hold the QP in RTS forever.
+#[test]
+fn seed000_repeated_sequence_naks_exhaust_the_retry_count() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    let n = nak_storm(&mut d).expect("the NAKs exhausted the retry count");
+    assert_eq!(
+        n, 4,
+        "retry count 3: three retries, the fourth NAK exhausts"
+    );
+    assert_eq!(d.state(0), QpState::Error);
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c[0].status, WcStatus::RetryExcErr);
+    assert!(!d.e[0].out.has_event(AsyncEvent::PathMig));
+}
+
+/// Seed 000: repetitive PSN sequence error NAKs that exhaust the retry count while the QP is
+/// armed trigger a migration, and the retry count is reloaded (step 5).
+#[test]
+fn seed000_repeated_sequence_naks_migrate_when_armed() {
+    let mut d = armed_duo();
+    let n = nak_storm(&mut d).expect("the NAKs exhausted the retry count");
+    assert_eq!(n, 4);
+    assert!(d.e[0].out.has_event(AsyncEvent::PathMig));
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
+    assert_eq!(d.state(0), QpState::Rts);
+    assert_eq!(d.e[0].qp.sq_logic().retry_left(), 3, "reloaded");
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+}
+
+/// A NAK that the requester ignores (a copy of the NAK whose retransmission has not gone out
+/// yet) neither costs a retry nor moves the transport timer: only a response that makes
+/// progress restarts it (seed 000 counts timeouts per request).
+#[test]
+fn seed000_ignored_nak_does_not_push_the_transport_timer_out() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    d.take(0);
+    let nak = ack_pkt(PSN_A, Aeth::nak(0, NakCode::PsnSequenceError));
+    d.now += 100_000;
+    d.deliver(0, &nak, &[], 1);
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1);
+    let deadline = retransmit_deadline(&d, 0);
+    for _ in 0..5 {
+        d.now += 100_000;
+        d.deliver(0, &nak, &[], 1);
+        assert_eq!(retransmit_deadline(&d, 0), deadline, "timer not pushed out");
+    }
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1, "copies cost nothing");
+    // The timer still fires at its deadline.
+    d.fire(0, Timer::Retransmit);
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 1);
+}
+
+/// Seed 000 ("Repetitive missing RDMA Read response or Atomic response"): a peer that keeps
+/// answering an RDMA Read with ACKs beyond it (implied NAKs), faster than the local ACK timeout,
+/// cannot hold the QP in RTS: the ignored ACKs do not restart the transport timer, every
+/// timeout costs a retry, and the count runs out into RETRY_EXC_ERR within (retry count + 1)
+/// timeouts.
+#[test]
+fn seed000_repeated_implied_naks_cannot_hold_off_the_transport_timer() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, read_wr(1, 100)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 2);
+    let start = d.now;
+    let timeout = local_ack_timeout_ns(8).expect("finite");
+    let ack = ack_pkt(PSN_A + 1, Aeth::ack(0, CREDIT_CODE_INVALID));
+    let mut steps = 0;
+    while d.state(0) == QpState::Rts {
+        steps += 1;
+        assert!(steps < 1000, "still in RTS after {} ns", d.now - start);
+        d.now += 100_000;
+        if retransmit_deadline(&d, 0).is_some_and(|t| t <= d.now) {
+            d.fire(0, Timer::Retransmit);
+        } else {
+            d.deliver(0, &ack, &[], 1);
+        }
+        d.progress(0);
+        d.take(0);
+    }
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::RetryExcErr);
+    assert_eq!(d.e[0].qp.counters().sq.retries, 3);
+    assert!(
+        d.now - start <= 5 * (timeout + 100_000),
+        "bounded: {} ns",
+        d.now - start
+    );
+}
+
+/// ACKs for packets sent before the peer saw the retransmitted Read (still in flight when the
+/// retry began) are not repeated implied NAKs: they cost no retry, and the Read completes when
+/// its response arrives.
+#[test]
+fn requester_acks_in_flight_before_a_read_retry_cost_no_retry() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    fill(&d.e[1].mem, RMT, RMT_VA, &[9u8; 100]);
+    d.post(0, read_wr(1, 100)).expect("post");
+    for k in 0..4 {
+        let mut w = send_wr(2 + k, SendOpcode::RdmaWrite, 10);
+        w.remote_addr = RMT_VA + 4096;
+        d.post(0, w).expect("post");
+    }
+    d.progress(0);
+    assert_eq!(d.flow(0), 5);
+    d.progress(1);
+    // The peer executed everything; its read response is lost. Its ACKs for the four writes
+    // (one per message, as a peer without coalescing sends them) are on their way.
+    d.take(1);
+    let acks: Vec<_> = (1..=4)
+        .map(|k| {
+            (
+                ack_pkt(PSN_A + k, Aeth::ack(k, CREDIT_CODE_INVALID)),
+                Vec::new(),
+                1u8,
+            )
+        })
+        .collect();
+    // The read response is lost; the first ACK beyond it starts a retry of the Read.
+    d.deliver(0, &acks[0].0, &acks[0].1, 1);
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1);
+    d.progress(0);
+    let again = d.take(0);
+    assert_eq!(again[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
+    // The other ACKs were already on their way.
+    for (h, p, port) in &acks[1..] {
+        d.deliver(0, h, p, *port);
+    }
+    assert_eq!(
+        d.e[0].qp.counters().sq.retries,
+        1,
+        "no retry for ACKs in flight"
+    );
+    for (h, p, port) in again {
+        d.deliver(1, &h, &p, port);
+    }
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c.len(), 5);
+    assert!(c.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(
+        d.e[0].mem.0.borrow().read(DST, DST_VA, 100).expect("r"),
+        vec![9u8; 100]
+    );
+}
+
+// ---- seed 003: a lost credit update must not stall a limited message -----------------------
+
+/// Runs both nodes on the simulated clock until `done` holds or `limit` ns have passed: moves
+/// every packet, and when nothing moves, jumps to the earliest armed timer and fires it.
+/// Packets for which `drop` says true are lost. Returns whether `done` became true.
+fn run_until(
+    d: &mut Duo,
+    limit: u64,
+    mut drop: impl FnMut(usize, &Headers) -> bool,
+    mut done: impl FnMut(&Duo) -> bool,
+) -> bool {
+    let end = d.now + limit;
+    for _ in 0..100_000 {
+        if done(d) {
+            return true;
+        }
+        let mut moved = 0;
+        for i in 0..2 {
+            d.progress(i);
+            for (h, p, port) in d.take(i) {
+                moved += 1;
+                if !drop(i, &h) {
+                    d.deliver(1 - i, &h, &p, port);
+                }
+            }
+        }
+        if moved > 0 {
+            continue;
+        }
+        let next = (0..2)
+            .flat_map(|i| [(i, Timer::Retransmit), (i, Timer::Rnr)])
+            .filter_map(|(i, t)| d.e[i].out.timers[timer_index(t)].map(|at| (at, i, t)))
+            .min_by_key(|(at, i, t)| (*at, *i, timer_index(*t)));
+        match next {
+            Some((at, i, t)) if at <= end => d.fire(i, t),
+            _ => return done(d),
+        }
+    }
+    panic!("run_until did not settle");
+}
+
+/// Node 0 (credits known to be 0: the peer's initial ACK said so) posts a three-packet Send;
+/// node 1 posts a receive and the unsolicited ACK announcing it is lost. Returns whether the
+/// Send completed within `limit` ns.
+fn lost_credit_update(timeout: u8, limit: u64) -> Duo {
+    let mut d = Duo::new(Opts {
+        timeout,
+        rnr_retry: 1,
+        ..Opts::default()
+    });
+    d.flow(1); // initial ACK: 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty(), "holds: the peer has no receive WQE");
+    d.now += 1_000_000;
+    d.post_recv(1, 4096).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "the unsolicited ACK (lost)");
+    let ok = run_until(
+        &mut d,
+        limit,
+        |_, _| false,
+        |d| !d.e[0].out.send_cqes.is_empty(),
+    );
+    assert!(ok, "the Send completed within {limit} ns");
+    d
+}
+
+/// Seed 003 lets the requester probe while it knows the responder has no credit; with an
+/// infinite local ACK timeout (0) a lost unsolicited ACK must still not hold a Send forever.
+/// The probes draw no RNR NAK, so no RNR retry is spent.
+#[test]
+fn seed003_lost_credit_update_infinite_timeout_send_still_completes() {
+    let d = lost_credit_update(0, 1_000_000_000);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].out.recv_cqes[0].byte_len, 3 * MTU);
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    assert_eq!(d.e[0].qp.counters().sq.rnr_naks_received, 0);
+}
+
+/// The same with a finite local ACK timeout of 4.3 s (exponent 20): the probe schedule does not
+/// wait for the timeout, so the Send completes well before it.
+#[test]
+fn seed003_lost_credit_update_finite_timeout_send_completes_before_the_timeout() {
+    let d = lost_credit_update(20, 500_000_000);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 0);
+}
+
+/// While a requester may be waiting for credits, every receive posted that changes the credit
+/// count the responder last announced sends a new unsolicited ACK (seed 003: an unsolicited
+/// ACK may be sent at any time), so one lost update is repaired by the next receive.
+#[test]
+fn seed003_responder_reannounces_credits_while_the_requester_may_wait() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1); // initial ACK said 0 credits
+    d.post_recv(1, 64).expect("recv");
+    assert_eq!(d.take(1).len(), 1, "first update (lost)");
+    d.post_recv(1, 64).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "the next receive announces again");
+    assert_eq!(
+        aeth_of(&p[0].0).syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(2)
+        }
+    );
+    // Once a request consumed a credit (the requester is moving), receives are quiet again
+    // unless an ACK said 0 credits.
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    assert_eq!(d.take(1).len(), 1, "the ACK of the Send");
+    d.post_recv(1, 64).expect("recv");
+    assert!(d.take(1).is_empty());
+}
+
+/// A requester holding a limited message for credits sends no request packet of it (no RNR
+/// NAK, no RNR retry spent) however long the responder takes to post a receive, and it
+/// completes once the receive is posted.
+#[test]
+fn seed003_credit_hold_spends_no_rnr_retry_while_the_rq_stays_empty() {
+    let mut d = Duo::new(Opts {
+        timeout: 0,
+        rnr_retry: 0,
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    let done = run_until(
+        &mut d,
+        3_000_000_000,
+        |_, _| false,
+        |d| !d.e[0].out.send_cqes.is_empty(),
+    );
+    assert!(!done, "nothing completes while the RQ is empty");
+    assert_eq!(d.state(0), QpState::Rts);
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    assert_eq!(d.e[1].out.recv_cqes.len(), 0);
+    d.post_recv(1, 64).expect("recv");
+    let done = run_until(
+        &mut d,
+        1_000_000_000,
+        |_, _| false,
+        |d| !d.e[0].out.send_cqes.is_empty(),
+    );
+    assert!(done);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+}
+
+/// A credit hold on a dead path ends like any wait for a response (seed 000): each credit probe
+/// left unanswered for a local ACK timeout costs a retry, and exhaustion completes the held Send
+/// with RETRY_EXC_ERR (the QP is not armed).
+#[test]
+fn seed003_credit_hold_on_a_dead_path_exhausts_the_retry_count() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    let timeout = local_ack_timeout_ns(8).expect("finite");
+    let start = d.now;
+    let failed = run_until(
+        &mut d,
+        1_000_000_000,
+        |from, _| from == 0,
+        |d| d.state(0) == QpState::Error,
+    );
+    assert!(failed, "still holding after 1 s on a dead path");
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::RetryExcErr);
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 4);
+    let bound = 4 * (timeout + rvrdma_core::requester::CREDIT_PROBE_MAX_NS);
+    assert!(d.now - start <= bound, "{} ns", d.now - start);
 }

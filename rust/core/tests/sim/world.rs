@@ -189,6 +189,8 @@ pub struct CreditModel {
     /// The WR (index into `wrs`) sent beyond the LSN whose wait point is its last packet.
     pub uncredited_wr: Option<usize>,
     pub uncredited_msgs: u64,
+    /// Credit probes seen.
+    pub probes: u64,
     /// Which WR (index into `wrs`) and operation every request PSN belongs to.
     pub owner: std::collections::HashMap<u32, (usize, rvrdma_core::wire::Operation)>,
 }
@@ -204,6 +206,7 @@ impl CreditModel {
             waiting: None,
             uncredited_wr: None,
             uncredited_msgs: 0,
+            probes: 0,
             owner: std::collections::HashMap::new(),
         }
     }
@@ -849,7 +852,7 @@ impl Sim {
 
     /// Node `i` transmitted `bytes`: check seed 003's rules for new request packets.
     fn credit_tx(&mut self, i: usize, bytes: &[u8]) -> Result<(), String> {
-        let Ok((h, _)) = Headers::decode_with_payload(bytes) else {
+        let Ok((h, payload)) = Headers::decode_with_payload(bytes) else {
             return Err(format!("n{i} sent an undecodable packet"));
         };
         let info = h.info();
@@ -858,6 +861,16 @@ impl Sim {
         }
         let m = &mut self.credit[i];
         let Some(high) = m.high else { return Ok(()) };
+        if h.bth.psn == high.prev()
+            && h.bth.opcode == rvrdma_core::wire::Opcode::RcSendOnly
+            && h.bth.ack_req
+            && payload.is_empty()
+        {
+            // A credit probe: a duplicate of the last PSN used, which the responder only
+            // re-acknowledges (see `SqLogic::transmit`). It must not be taken for a request.
+            m.probes += 1;
+            return Ok(());
+        }
         if h.bth.psn.is_before(high) {
             // A retransmission: no credit check (seed 003), but it must repeat a packet of the
             // same message that first used this PSN.
