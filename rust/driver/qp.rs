@@ -34,7 +34,7 @@ use crate::rvcore::events::{Completion, CqKind, Timer, WcOpcode, WcStatus};
 use crate::rvcore::qp::{Qp, QpAttrs, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
-use crate::rvcore::wire::Headers;
+use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendSlot, SgList, Sge};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -212,6 +212,8 @@ enum Entry<'a> {
     Doorbell,
     /// A packet arrived.
     Packet(&'a Headers, &'a [u8], &'a PathMatch),
+    /// A packet with an opcode the wire decoder does not know arrived (its BTH).
+    Unsupported(&'a RawBth, &'a PathMatch),
     /// Modify QP.
     Modify(&'a QpAttrs, AttrMask, &'a mut Result),
 }
@@ -233,6 +235,12 @@ impl QpShared {
     /// Handles one received packet.
     pub fn receive(self: &Arc<Self>, h: &Headers, payload: &[u8], pm: &PathMatch) {
         self.drive(Entry::Packet(h, payload, pm));
+    }
+
+    /// Handles one received packet whose opcode is reserved or not spoken (seed 001: an RC
+    /// request gets an Invalid Request NAK and the QP enters Error; the rest is dropped).
+    pub fn receive_unsupported(self: &Arc<Self>, bth: &RawBth, pm: &PathMatch) {
+        self.drive(Entry::Unsupported(bth, pm));
     }
 
     /// The common driving loop: process context or softirq (received packets are handled
@@ -382,6 +390,7 @@ impl QpShared {
             Entry::Modify(a, m, res) => {
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
             }
+            Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
             Entry::Work | Entry::Doorbell => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);

@@ -8,7 +8,7 @@ use super::counters::Counters;
 use super::datapath::DevShared;
 use crate::net::skb::Skb;
 use crate::rvcore::apm::PathMatch;
-use crate::rvcore::wire::Headers;
+use crate::rvcore::wire::{bth::RawBth, DecodeError, Headers};
 use core::sync::atomic::Ordering;
 use kernel::sync::Arc;
 
@@ -35,21 +35,36 @@ pub fn packet(dev: &Arc<DevShared>, mut skb: Skb) {
             return;
         }
     };
-    let Ok((h, payload)) = Headers::decode_with_payload(rx.udp_payload) else {
-        Counters::inc(&c.rx_malformed);
-        return;
+    let pm = PathMatch {
+        port_num: port,
+        sgid: rx.src_gid,
+        dgid: rx.dst_gid,
     };
-    let Some(qp) = dev.qp(h.bth.dest_qp) else {
+    let decoded = Headers::decode_with_payload(rx.udp_payload);
+    // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
+    // reserved RC opcode with an Invalid Request NAK, seed 001); anything else is malformed.
+    let raw = match decoded {
+        Err(DecodeError::UnknownOpcode(_)) => RawBth::decode(rx.udp_payload).ok(),
+        _ => None,
+    };
+    let dest_qp = match (&decoded, &raw) {
+        (Ok((h, _)), _) => h.bth.dest_qp,
+        (Err(_), Some(b)) => b.dest_qp,
+        (Err(_), None) => {
+            Counters::inc(&c.rx_malformed);
+            return;
+        }
+    };
+    let Some(qp) = dev.qp(dest_qp) else {
         Counters::inc(&c.rx_no_qp);
         return;
     };
     Counters::inc(&c.rcvd_pkts);
     c.rcvd_bytes
         .fetch_add(rx.udp_payload.len() as u64, Ordering::Relaxed);
-    let pm = PathMatch {
-        port_num: port,
-        sgid: rx.src_gid,
-        dgid: rx.dst_gid,
-    };
-    qp.receive(&h, payload, &pm);
+    match (decoded, raw) {
+        (Ok((h, payload)), _) => qp.receive(&h, payload, &pm),
+        (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
+        (Err(_), None) => {}
+    }
 }

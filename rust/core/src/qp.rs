@@ -25,7 +25,7 @@ use crate::qp_state::{
 };
 use crate::requester::{PostError, SqCounters, SqLogic, SqOutcome, TxCtx};
 use crate::responder::{RqCounters, RqLogic, RqOutcome, RxCtx};
-use crate::wire::{Headers, Transport};
+use crate::wire::{bth::RawBth, Headers, Transport};
 use crate::wqe::{RecvSlot, RecvWr, SendSlot, SendWr};
 
 /// Creation parameters of a QP.
@@ -589,27 +589,79 @@ where
         mem: &mut M,
         out: &mut O,
     ) {
-        let state = self.sm.state();
         let info = h.info();
         let ok_hdr = h.is_consistent()
             && h.bth.tver == 0
             && h.bth.dest_qp == self.create.qpn
             && info.transport == self.transport()
             && (info.has_payload || payload.is_empty());
-        // Seed 004: Reset and Init (and Error) drop every inbound packet.
-        let ok_state = if info.is_request {
+        if !self.admit(ok_hdr, info.is_request, h.bth.mig_req, arrived_on, out) {
+            return;
+        }
+        let path = *self.apm.primary();
+        if info.is_request {
+            let ctx = self.rx_ctx(&path, arrived_on.sgid, arrived_on.dgid);
+            let o = self.rq.on_request(h, payload, &ctx, mem, out);
+            self.handle_rq(now, o, out);
+        } else {
+            let ctx = self.tx_ctx(&path);
+            let o = self.sq.on_response(now, h, payload, &ctx, mem, out);
+            self.handle_sq(now, o, out);
+            self.check_drained(out);
+        }
+    }
+
+    /// One inbound packet whose opcode the wire decoder does not know (`Headers::decode`
+    /// failed with `UnknownOpcode`), given by its BTH. On an RC QP an opcode of the RC range
+    /// is a request with a reserved or unsupported opcode: once the packet passes the header,
+    /// state and path checks every request gets, it is answered as seed 001 (Table 17-7)
+    /// says, with class C. Any other opcode (another transport, CNP, manufacturer-specific)
+    /// fails the header checks and is dropped silently.
+    pub fn receive_unsupported<O: Outputs>(
+        &mut self,
+        now: u64,
+        bth: &RawBth,
+        arrived_on: &PathMatch,
+        out: &mut O,
+    ) {
+        let ok_hdr = bth.tver == 0
+            && bth.dest_qp == self.create.qpn
+            && bth.is_rc_range()
+            && self.transport() == Transport::Rc;
+        if !self.admit(ok_hdr, true, bth.mig_req, arrived_on, out) {
+            return;
+        }
+        let path = *self.apm.primary();
+        let ctx = self.rx_ctx(&path, arrived_on.sgid, arrived_on.dgid);
+        let o = self.rq.on_unsupported_request(bth.psn, &ctx, out);
+        self.handle_rq(now, o, out);
+    }
+
+    /// The checks before the transport sees an inbound packet: the header checks (`ok_hdr`),
+    /// the QP state (seed 004: Reset, Init and Error drop everything) and the path (APM,
+    /// seed 000 step 6). Counts a dropped packet and returns false, or raises COMM_EST for the
+    /// first packet in RTR and returns true.
+    fn admit<O: Outputs>(
+        &mut self,
+        ok_hdr: bool,
+        is_request: bool,
+        mig_req: bool,
+        arrived_on: &PathMatch,
+        out: &mut O,
+    ) -> bool {
+        let ok_state = if is_request {
             self.sm.rq_processes_inbound()
         } else {
-            matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            matches!(self.sm.state(), QpState::Rtr | QpState::Rts | QpState::Sqd)
         };
         if !ok_hdr || !ok_state {
             self.dropped = self.dropped.wrapping_add(1);
-            return;
+            return false;
         }
         let apm_verdict = if self.create.qp_type == QpType::Ud {
             RxVerdict::Accept // UD has no connection path and no APM
         } else {
-            self.apm.on_packet(h.bth.mig_req, arrived_on)
+            self.apm.on_packet(mig_req, arrived_on)
         };
         match apm_verdict {
             RxVerdict::Accept | RxVerdict::AcceptArmed => {}
@@ -625,27 +677,17 @@ where
                     self.mig_err_reported = true;
                     out.async_event(AsyncEvent::PathMigErr, None);
                 }
-                return;
+                return false;
             }
             RxVerdict::Drop => {
                 self.dropped = self.dropped.wrapping_add(1);
-                return;
+                return false;
             }
         }
         if self.sm.on_inbound_packet().is_some() {
             out.async_event(AsyncEvent::CommEst, None);
         }
-        let path = *self.apm.primary();
-        if info.is_request {
-            let ctx = self.rx_ctx(&path, arrived_on.sgid, arrived_on.dgid);
-            let o = self.rq.on_request(h, payload, &ctx, mem, out);
-            self.handle_rq(now, o, out);
-        } else {
-            let ctx = self.tx_ctx(&path);
-            let o = self.sq.on_response(now, h, payload, &ctx, mem, out);
-            self.handle_sq(now, o, out);
-            self.check_drained(out);
-        }
+        true
     }
 
     /// A timer set through [`Outputs::set_timer`] fired (stale calls are harmless).

@@ -557,18 +557,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         }
         match classify_request_psn(psn, self.epsn) {
             RequestPsnClass::Invalid => {
-                // Class B: one PSN sequence error NAK per sequence error.
-                self.counters.sequence_errors = self.counters.sequence_errors.wrapping_add(1);
-                if !self.nak_seq_sent {
-                    self.nak_seq_sent = true;
-                    self.counters.seq_naks_sent = self.counters.seq_naks_sent.wrapping_add(1);
-                    let a = AckItem {
-                        psn: self.epsn,
-                        syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                        unsolicited: false,
-                    };
-                    self.queue_ack(a, ctx, out);
-                }
+                self.sequence_error(ctx, out);
                 RqOutcome::Ok
             }
             RequestPsnClass::Duplicate => {
@@ -579,6 +568,51 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 self.nak_seq_sent = false;
                 self.on_expected(h, payload, ctx, mem, out)
             }
+        }
+    }
+
+    /// An RC request packet with a reserved or unsupported opcode (its headers beyond the BTH
+    /// cannot be parsed). After the PSN checks every request gets, seed 001 (Table 17-7,
+    /// "Unsupported or Reserved Opcode") makes it class C: Invalid Request NAK, the QP to
+    /// Error, the RQ WQE in use retired with "Remote Invalid Request", else the affiliated
+    /// QP_REQ_ERR. A duplicate cannot be answered (its operation is unknown) and is dropped.
+    pub fn on_unsupported_request<O: Outputs>(
+        &mut self,
+        psn: Psn,
+        ctx: &RxCtx<'_>,
+        out: &mut O,
+    ) -> RqOutcome {
+        if self.frozen || self.cfg.uc || self.cfg.ud {
+            return self.silent_drop();
+        }
+        match classify_request_psn(psn, self.epsn) {
+            RequestPsnClass::Invalid => {
+                self.sequence_error(ctx, out);
+                RqOutcome::Ok
+            }
+            RequestPsnClass::Duplicate => {
+                self.counters.duplicates = self.counters.duplicates.wrapping_add(1);
+                self.silent_drop()
+            }
+            RequestPsnClass::Expected => {
+                self.nak_seq_sent = false;
+                self.invalid_request(psn, ctx, out)
+            }
+        }
+    }
+
+    /// Class B: one PSN sequence error NAK per sequence error.
+    fn sequence_error<O: Outputs>(&mut self, ctx: &RxCtx<'_>, out: &mut O) {
+        self.counters.sequence_errors = self.counters.sequence_errors.wrapping_add(1);
+        if !self.nak_seq_sent {
+            self.nak_seq_sent = true;
+            self.counters.seq_naks_sent = self.counters.seq_naks_sent.wrapping_add(1);
+            let a = AckItem {
+                psn: self.epsn,
+                syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                unsolicited: false,
+            };
+            self.queue_ack(a, ctx, out);
         }
     }
 

@@ -122,6 +122,50 @@ impl Bth {
     }
 }
 
+/// The BTH fields that do not depend on the opcode, decoded from a packet whose opcode
+/// [`Opcode::from_u8`] does not know: enough for the receive path to find the QP and answer a
+/// reserved or unsupported RC opcode with the NAK of seed 001 (Table 17-7), although the
+/// headers behind the BTH cannot be parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawBth {
+    /// BTH:OpCode, any value.
+    pub opcode: u8,
+    /// BTH:M (MigReq).
+    pub mig_req: bool,
+    /// BTH:TVer.
+    pub tver: u8,
+    /// BTH:P_Key.
+    pub pkey: u16,
+    /// BTH:DestQP.
+    pub dest_qp: u32,
+    /// BTH:A (AckReq).
+    pub ack_req: bool,
+    /// BTH:PSN.
+    pub psn: Psn,
+}
+
+impl RawBth {
+    /// Decodes the BTH at the start of `buf` without looking at the opcode.
+    pub fn decode(buf: &[u8]) -> Result<RawBth, DecodeError> {
+        let b: [u8; Bth::LEN] = read_array(buf, 0).ok_or(DecodeError::Truncated)?;
+        Ok(RawBth {
+            opcode: b[0],
+            mig_req: b[1] & 0x40 != 0,
+            tver: b[1] & 0x0F,
+            pkey: u16::from_be_bytes([b[2], b[3]]),
+            dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+            ack_req: b[8] & 0x80 != 0,
+            psn: Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]])),
+        })
+    }
+
+    /// True when the opcode lies in the RC range (top three bits `000`, IBA Table 38): an RC
+    /// QP must answer it even when it is reserved.
+    pub const fn is_rc_range(&self) -> bool {
+        self.opcode >> 5 == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -158,6 +202,25 @@ mod tests {
         assert_eq!(bth.psn, Psn::new(2));
         assert_eq!(bth.to_bytes()[4], 0);
         assert_eq!(bth.to_bytes()[8], 0);
+    }
+
+    #[test]
+    fn raw_bth_reads_the_common_fields_of_any_opcode() {
+        let mut b = Bth::new(Opcode::RcSendOnly, 0x12_3456, Psn::new(0xAB_CDEF));
+        b.mig_req = true;
+        b.ack_req = true;
+        b.pkey = 0x8001;
+        let mut bytes = b.to_bytes();
+        bytes[0] = 0x1A;
+        let r = RawBth::decode(&bytes).unwrap();
+        assert_eq!(
+            (r.opcode, r.mig_req, r.tver, r.pkey, r.dest_qp, r.ack_req, r.psn),
+            (0x1A, true, 0, 0x8001, 0x12_3456, true, Psn::new(0xAB_CDEF))
+        );
+        assert!(r.is_rc_range());
+        bytes[0] = 0x20;
+        assert!(!RawBth::decode(&bytes).unwrap().is_rc_range());
+        assert_eq!(RawBth::decode(&bytes[..11]), Err(DecodeError::Truncated));
     }
 
     #[test]

@@ -2538,3 +2538,117 @@ fn seed003_credit_hold_on_a_dead_path_exhausts_the_retry_count() {
     let bound = 4 * (timeout + rvrdma_core::requester::CREDIT_PROBE_MAX_NS);
     assert!(d.now - start <= bound, "{} ns", d.now - start);
 }
+
+// ---- seed 001: reserved and unsupported opcodes (Table 17-7, class C) -------------------------
+
+/// Node 0's packet to node 1 with BTH:OpCode `opcode` (which the wire decoder does not know),
+/// as the receive path sees it: the fields every BTH carries.
+fn raw_request(opcode: u8, psn: u32) -> rvrdma_core::wire::bth::RawBth {
+    let mut b = Bth::new(Opcode::RcSendOnly, 0x12, Psn::new(psn));
+    b.ack_req = true;
+    let mut bytes = b.to_bytes().to_vec();
+    bytes[0] = opcode;
+    bytes.extend_from_slice(&[0u8; 20]);
+    assert!(
+        Headers::decode_with_payload(&bytes).is_err(),
+        "{opcode:#x} is not decodable"
+    );
+    rvrdma_core::wire::bth::RawBth::decode(&bytes).expect("BTH")
+}
+
+fn deliver_raw(d: &mut Duo, to: usize, b: &rvrdma_core::wire::bth::RawBth) {
+    let pm = PathMatch {
+        port_num: 1,
+        sgid: gid(1 - to, 0),
+        dgid: gid(to, 0),
+    };
+    let now = d.now;
+    let e = &mut d.e[to];
+    e.qp.receive_unsupported(now, b, &pm, &mut e.out);
+}
+
+/// Seed 001, Table 17-7 "Unsupported or Reserved Opcode": an RC request packet whose opcode is
+/// reserved (or names a function this QP does not support) gets an Invalid Request NAK and the
+/// QP enters Error (class C). No RQ WQE was in use: the affiliated asynchronous error
+/// (QP_REQ_ERR) is raised, and the receive WQEs are flushed.
+#[test]
+fn seed001_class_c_reserved_opcode_invalid_request_nak_qp_to_error() {
+    for op in [0x15u8, 0x18, 0x1A, 0x1C, 0x1D, 0x1F] {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [0, 2],
+            ..Opts::default()
+        });
+        d.take(1);
+        deliver_raw(&mut d, 1, &raw_request(op, PSN_A));
+        let p = d.take(1);
+        assert_eq!(p.len(), 1, "{op:#x}");
+        assert!(is_nak(&p[0].0, NakCode::InvalidRequest), "{op:#x}");
+        assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A));
+        assert_eq!(d.state(1), QpState::Error, "{op:#x}");
+        assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr), "{op:#x}");
+        let c = &d.e[1].out.recv_cqes;
+        assert_eq!(c.len(), 2);
+        assert!(c.iter().all(|w| w.status == WcStatus::WrFlushErr));
+        // The requester sees the NAK as an invalid request.
+        d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
+            .expect("post");
+        d.progress(0);
+        d.take(0);
+        d.deliver(0, &p[0].0, &[], 1);
+        assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::RemInvReqErr);
+    }
+}
+
+/// Class C while a Send is in progress: the RQ WQE in use is retired with "Remote Invalid
+/// Request" and the remaining ones are flushed (no affiliated event then).
+#[test]
+fn seed001_class_c_reserved_opcode_with_a_wqe_in_use() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        ..Opts::default()
+    });
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendFirst, PSN_A), &[0u8; MTU as usize], 1);
+    d.take(1);
+    deliver_raw(&mut d, 1, &raw_request(0x1B, PSN_A + 1));
+    assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
+    assert_eq!(d.state(1), QpState::Error);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(c[0].status, WcStatus::RemInvReqErr);
+    assert!(c[1..].iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert!(!d.e[1].out.has_event(AsyncEvent::QpReqErr));
+}
+
+/// The PSN check comes first: a reserved opcode at a duplicate PSN is silently dropped, one
+/// beyond the ePSN draws the (single) PSN sequence error NAK of class B; neither changes the
+/// state. An opcode of another transport (UC, UD, RD, CNP, manufacturer-specific) fails the
+/// header checks and is dropped silently (class D), as is a reserved opcode sent to a UC QP.
+#[test]
+fn reserved_opcode_psn_checks_and_other_transports() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.pump(); // the responder's ePSN is PSN_A + 1
+    deliver_raw(&mut d, 1, &raw_request(0x1A, PSN_A));
+    assert!(d.take(1).is_empty(), "duplicate: dropped");
+    deliver_raw(&mut d, 1, &raw_request(0x1A, PSN_A + 5));
+    let p = d.take(1);
+    assert_eq!(p.len(), 1);
+    assert!(is_nak(&p[0].0, NakCode::PsnSequenceError));
+    let dropped = d.e[1].qp.counters().dropped;
+    for op in [0x2Cu8, 0x3F, 0x40, 0x66, 0x80, 0xC0, 0xFF] {
+        deliver_raw(&mut d, 1, &raw_request(op, PSN_A + 1));
+    }
+    assert!(d.take(1).is_empty());
+    assert_eq!(d.e[1].qp.counters().dropped, dropped + 7);
+    assert_eq!(d.state(1), QpState::Rts);
+    let mut d = Duo::new(Opts {
+        uc: true,
+        ..Opts::default()
+    });
+    deliver_raw(&mut d, 1, &raw_request(0x2C, PSN_A));
+    deliver_raw(&mut d, 1, &raw_request(0x1A, PSN_A));
+    assert!(d.take(1).is_empty());
+    assert_eq!(d.state(1), QpState::Rts);
+}
