@@ -72,6 +72,8 @@ counters! {
     transport_timeouts,
     /// Sends that waited for end-to-end credits.
     credit_stalls,
+    /// Credit probes sent while a message waited for credits.
+    credit_probes,
     /// Unsolicited (credit update) ACKs sent.
     credit_acks_sent,
     /// Duplicate responses dropped.
@@ -86,6 +88,9 @@ counters! {
     path_mig_errors,
     /// Packets dropped by a QP (state, header or path checks).
     qp_dropped,
+    /// Packets dropped by a QP because their P_Key does not match the QP's (another
+    /// partition, or two limited members).
+    pkey_violations,
     /// Packets dropped for a bad ICRC.
     icrc_errors,
     /// Malformed packets dropped.
@@ -148,6 +153,11 @@ impl Counters {
             last.sq.credit_stalls,
         );
         add(
+            &self.credit_probes,
+            now.sq.credit_probes,
+            last.sq.credit_probes,
+        );
+        add(
             &self.credit_acks_sent,
             now.rq.unsolicited_acks,
             last.rq.unsolicited_acks,
@@ -160,6 +170,11 @@ impl Counters {
         add(&self.path_migrations, now.migrations, last.migrations);
         add(&self.path_mig_errors, now.mig_errors, last.mig_errors);
         add(&self.qp_dropped, now.dropped, last.dropped);
+        add(
+            &self.pkey_violations,
+            now.pkey_violations,
+            last.pkey_violations,
+        );
         *last = *now;
     }
 

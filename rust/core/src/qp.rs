@@ -25,7 +25,10 @@ use crate::qp_state::{
 };
 use crate::requester::{PostError, SqCounters, SqLogic, SqOutcome, TxCtx};
 use crate::responder::{RqCounters, RqLogic, RqOutcome, RxCtx};
-use crate::wire::{bth::RawBth, Headers, Transport};
+use crate::wire::{
+    bth::{pkey_matches, RawBth},
+    Headers, Transport,
+};
 use crate::wqe::{RecvSlot, RecvWr, SendSlot, SendWr};
 
 /// Creation parameters of a QP.
@@ -129,8 +132,11 @@ pub struct QpCounters {
     pub sq: SqCounters,
     /// RQ Logic counters.
     pub rq: RqCounters,
-    /// Inbound packets dropped before the transport (state, header or path checks).
+    /// Inbound packets dropped before the transport (state, header or path checks; P_Key
+    /// mismatches are counted in `pkey_violations` only).
     pub dropped: u64,
+    /// Inbound packets dropped because their BTH:P_Key does not match the QP's P_Key.
+    pub pkey_violations: u64,
     /// Path migrations.
     pub migrations: u64,
     /// Migration requests dropped because they did not match the alternate path.
@@ -150,6 +156,7 @@ pub struct Qp<S, R> {
     rq: RqLogic<R>,
     attrs: QpAttrs,
     dropped: u64,
+    pkey_violations: u64,
     migrations: u64,
     mig_errors: u64,
     /// PATH_MIG_ERR was raised since the QP last armed or migrated (reported once, see
@@ -187,6 +194,7 @@ where
             rq: rql,
             attrs: QpAttrs::default(),
             dropped: 0,
+            pkey_violations: 0,
             migrations: 0,
             mig_errors: 0,
             mig_err_reported: false,
@@ -214,6 +222,7 @@ where
             sq: *self.sq.counters(),
             rq: *self.rq.counters(),
             dropped: self.dropped,
+            pkey_violations: self.pkey_violations,
             migrations: self.migrations,
             mig_errors: self.mig_errors,
         }
@@ -595,7 +604,14 @@ where
             && h.bth.dest_qp == self.create.qpn
             && info.transport == self.transport()
             && (info.has_payload || payload.is_empty());
-        if !self.admit(ok_hdr, info.is_request, h.bth.mig_req, arrived_on, out) {
+        if !self.admit(
+            ok_hdr,
+            h.bth.pkey,
+            info.is_request,
+            h.bth.mig_req,
+            arrived_on,
+            out,
+        ) {
             return;
         }
         let path = *self.apm.primary();
@@ -628,7 +644,7 @@ where
             && bth.dest_qp == self.create.qpn
             && bth.is_rc_range()
             && self.transport() == Transport::Rc;
-        if !self.admit(ok_hdr, true, bth.mig_req, arrived_on, out) {
+        if !self.admit(ok_hdr, bth.pkey, true, bth.mig_req, arrived_on, out) {
             return;
         }
         let path = *self.apm.primary();
@@ -638,12 +654,13 @@ where
     }
 
     /// The checks before the transport sees an inbound packet: the header checks (`ok_hdr`),
-    /// the QP state (seed 004: Reset, Init and Error drop everything) and the path (APM,
-    /// seed 000 step 6). Counts a dropped packet and returns false, or raises COMM_EST for the
-    /// first packet in RTR and returns true.
+    /// the P_Key (`pkey`, BTH:P_Key, against the QP's), the QP state (seed 004: Reset, Init
+    /// and Error drop everything) and the path (APM, seed 000 step 6). Counts a dropped packet
+    /// and returns false, or raises COMM_EST for the first packet in RTR and returns true.
     fn admit<O: Outputs>(
         &mut self,
         ok_hdr: bool,
+        pkey: u16,
         is_request: bool,
         mig_req: bool,
         arrived_on: &PathMatch,
@@ -654,6 +671,12 @@ where
         } else {
             matches!(self.sm.state(), QpState::Rtr | QpState::Rts | QpState::Sqd)
         };
+        if ok_hdr && !pkey_matches(pkey, self.attrs.pkey) {
+            // A packet of another partition: dropped without a word (no NAK), nothing else
+            // changes.
+            self.pkey_violations = self.pkey_violations.wrapping_add(1);
+            return false;
+        }
         if !ok_hdr || !ok_state {
             self.dropped = self.dropped.wrapping_add(1);
             return false;

@@ -122,6 +122,15 @@ impl Bth {
     }
 }
 
+/// The IBA P_Key match rule between a packet's BTH:P_Key and the receiving QP's P_Key: the
+/// low 15 bits (the partition) are equal and not zero (0x0000 and 0x8000 are invalid P_Keys),
+/// and at least one of the two is a full member (top bit set); two limited members may not
+/// talk to each other.
+pub const fn pkey_matches(packet: u16, qp: u16) -> bool {
+    let base = packet & 0x7FFF;
+    base != 0 && base == qp & 0x7FFF && (packet | qp) & 0x8000 != 0
+}
+
 /// The BTH fields that do not depend on the opcode, decoded from a packet whose opcode
 /// [`Opcode::from_u8`] does not know: enough for the receive path to find the QP and answer a
 /// reserved or unsupported RC opcode with the NAK of seed 001 (Table 17-7), although the
@@ -202,6 +211,18 @@ mod tests {
         assert_eq!(bth.psn, Psn::new(2));
         assert_eq!(bth.to_bytes()[4], 0);
         assert_eq!(bth.to_bytes()[8], 0);
+    }
+
+    #[test]
+    fn pkey_match_rule() {
+        assert!(pkey_matches(0xFFFF, 0xFFFF));
+        assert!(pkey_matches(0x7FFF, 0xFFFF));
+        assert!(pkey_matches(0xFFFF, 0x7FFF));
+        assert!(!pkey_matches(0x7FFF, 0x7FFF));
+        assert!(!pkey_matches(0x8001, 0xFFFF));
+        assert!(!pkey_matches(0x8000, 0x8000));
+        assert!(!pkey_matches(0x0000, 0x8000));
+        assert!(pkey_matches(0x8123, 0x0123));
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct Opts {
     pub psns: (u32, u32),
     /// Local ACK timeout exponent of both SQs (0 = infinite).
     pub timeout: u8,
+    /// P_Keys of node 0's and node 1's QP (the values of their pkey_index).
+    pub pkeys: [u16; 2],
 }
 
 impl Default for Opts {
@@ -86,6 +88,7 @@ impl Default for Opts {
             uc: false,
             psns: (PSN_A, PSN_B),
             timeout: 8,
+            pkeys: [0xFFFF; 2],
         }
     }
 }
@@ -138,7 +141,7 @@ impl Duo {
             recv_seq: [0, 0],
         };
         for i in 0..2 {
-            d.go_init(i);
+            d.go_init(i, o.pkeys[i]);
             for _ in 0..o.pre_rtr_recvs[i] {
                 d.post_recv(i, 4096).expect("recv");
             }
@@ -158,10 +161,11 @@ impl Duo {
         d
     }
 
-    fn go_init(&mut self, i: usize) {
+    fn go_init(&mut self, i: usize, pkey: u16) {
         let e = &mut self.e[i];
         let a = QpAttrs {
             qp_state: QpState::Init,
+            pkey,
             qp_access_flags: ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC,
             ..QpAttrs::default()
         };
@@ -2651,4 +2655,70 @@ fn reserved_opcode_psn_checks_and_other_transports() {
     deliver_raw(&mut d, 1, &raw_request(0x1A, PSN_A));
     assert!(d.take(1).is_empty());
     assert_eq!(d.state(1), QpState::Rts);
+}
+
+// ---- inbound P_Key check ---------------------------------------------------------------------
+
+/// The inbound P_Key check (IBA partition rules): a packet is accepted only when its BTH:P_Key
+/// and the QP's P_Key (from its pkey_index; RoCE's default table holds 0xFFFF at index 0) have
+/// equal low 15 bits, not zero, and at least one of them is a full member (top bit). A
+/// mismatch is dropped silently: no ACK or NAK, no state change, counted.
+#[test]
+fn inbound_pkey_mismatch_is_dropped_silently_and_counted() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.take(1);
+    let mut psn = PSN_A;
+    // Node 0's next Send to node 1 with BTH:P_Key `pkey`; the number of responses.
+    fn send(d: &mut Duo, psn: &mut u32, pkey: u16) -> usize {
+        let mut h = req(Opcode::RcSendOnly, *psn);
+        h.bth.ack_req = true;
+        h.bth.pkey = pkey;
+        d.deliver(1, &h, &[5], 1);
+        let n = d.take(1).len();
+        if n > 0 {
+            *psn += 1;
+        }
+        n
+    }
+    for bad in [0x1234u16, 0x9234, 0x0000, 0x8000, 0x7FFE] {
+        assert_eq!(send(&mut d, &mut psn, bad), 0, "{bad:#x}: no ACK, no NAK");
+    }
+    assert_eq!(d.e[1].qp.counters().pkey_violations, 5);
+    assert_eq!(d.e[1].qp.rq_logic().epsn(), PSN_A, "nothing else changed");
+    assert_eq!(d.state(1), QpState::Rts);
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    // The default partition, full or limited member, matches the QP's full 0xFFFF.
+    assert_eq!(send(&mut d, &mut psn, 0xFFFF), 1);
+    assert_eq!(send(&mut d, &mut psn, 0x7FFF), 1);
+    assert_eq!(d.e[1].out.recv_cqes.len(), 2);
+    // A limited-member QP (0x7FFF) accepts full members only.
+    let mut lim = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        pkeys: [0xFFFF, 0x7FFF],
+        ..Opts::default()
+    });
+    lim.take(1);
+    psn = PSN_A;
+    assert_eq!(
+        send(&mut lim, &mut psn, 0x7FFF),
+        0,
+        "two limited members never match"
+    );
+    assert_eq!(send(&mut lim, &mut psn, 0xFFFF), 1);
+    assert_eq!(lim.e[1].qp.counters().pkey_violations, 1);
+    // Responses are checked the same way: a NAK with a foreign P_Key is ignored.
+    d.post(0, send_wr(9, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.progress(0);
+    let sent = d.take(0);
+    let mut nak = Headers::new(Bth::new(Opcode::RcAcknowledge, 0x11, sent[0].0.bth.psn));
+    nak.aeth = Some(Aeth::nak(0, NakCode::RemoteAccessError));
+    nak.bth.pkey = 0x4321;
+    d.deliver(0, &nak, &[], 1);
+    assert_eq!(d.state(0), QpState::Rts);
+    assert!(d.e[0].out.send_cqes.is_empty());
+    assert_eq!(d.e[0].qp.counters().pkey_violations, 1);
 }
