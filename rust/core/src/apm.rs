@@ -170,8 +170,13 @@ pub enum MigrationCause {
 /// - send every next packet over the new primary path, `Apm::primary()`, with MigReq=1
 ///   (`Apm::mig_req_bit()` already says 1; seed 000 steps 3 and 9). If `port_changed`, the shell
 ///   must pick the new port's netdev; the destination MAC must be re-resolved in any case;
-/// - if `reload_retry_count`, reload the SQ logic's retry counter with its initial value and
-///   retry the request in question at once (seed 000 step 5);
+/// - reload the SQ logic's retry counter with its initial value and retry what is outstanding
+///   at once, over the new path. Seed 000 step 5 says so for the QP that migrates on its own
+///   (retry exhaustion or a command); steps 6-10, on the QP that migrates on its peer's
+///   request, list no such action, but that QP's SQ moves to the new path too: its
+///   outstanding requests went out over the old one, and retries spent there say nothing
+///   about the new path. So every migration, whatever its cause, reloads the count on that
+///   side, and after a migration both sides start from their full retry count;
 /// - use `Apm::primary().timeout` as the local ACK timeout from now on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Migration {
@@ -179,9 +184,6 @@ pub struct Migration {
     pub cause: MigrationCause,
     /// The async event to raise ([`ApmEvent::PathMig`]).
     pub event: ApmEvent,
-    /// Reload the retry counter and retry (true for local triggers, seed 000 step 5; false for a
-    /// peer request, steps 7-10 list no such action).
-    pub reload_retry_count: bool,
     /// The new primary uses another local port than the old one.
     pub port_changed: bool,
 }
@@ -444,7 +446,6 @@ impl Apm {
         Some(Migration {
             cause,
             event: ApmEvent::PathMig,
-            reload_retry_count: !matches!(cause, MigrationCause::PeerRequest),
             port_changed,
         })
     }
@@ -702,23 +703,25 @@ mod tests {
     }
 
     #[test]
-    fn seed000_step5_retry_count_reloads() {
+    fn seed000_step5_migration_on_exhaustion_then_new_timeout() {
+        // The retry count itself is the SQ logic's: the Qp reloads it on every `Migration`
+        // (tests/sim/rules.rs, seed000_*migrat*).
         let mut a = armed();
         let RetryExhausted::Migrated(m) = a.on_retry_exhausted() else {
             panic!()
         };
-        assert!(m.reload_retry_count);
+        assert_eq!(m.cause, MigrationCause::RetryExhausted);
         // The new path's local ACK timeout applies from now on.
         assert_eq!(a.primary().timeout, 18);
         // Exhausting again after the migration is a real failure ("On Exhaustion").
         assert_eq!(a.on_retry_exhausted(), RetryExhausted::NotArmed);
-        // The software-commanded migration reloads the count too.
+        // A software command migrates as well.
         let mut a = armed();
         let Ok(ApmModify::Migrated(m)) = a.modify(QpState::Rts, None, Some(MigState::Migrated))
         else {
             panic!()
         };
-        assert!(m.reload_retry_count);
+        assert_eq!(m.cause, MigrationCause::SoftwareCommand);
     }
 
     // ---- seed 000: the migration, remote side (steps 6-10) ------------------------------------
@@ -796,8 +799,7 @@ mod tests {
             panic!()
         };
         assert_eq!(m.event, ApmEvent::PathMig);
-        // Steps 7-10 list no retry-count reload on the remote side.
-        assert!(!m.reload_retry_count);
+        assert_eq!(m.cause, MigrationCause::PeerRequest);
     }
 
     #[test]

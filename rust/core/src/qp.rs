@@ -454,10 +454,9 @@ where
         self.mig_err_reported = false;
         self.sq.config_mut().timeout = self.apm.primary().timeout;
         out.async_event(AsyncEvent::PathMig, None);
-        // Seed 000 step 5 reloads the retry count for local triggers. We do it for a peer's
-        // migration request too, and retransmit what is outstanding over the new path at once:
-        // those requests went out over the old (probably dead) path.
-        let _ = m.reload_retry_count;
+        // Every migration, whatever its `cause`, reloads the retry count and retransmits what is
+        // outstanding over the new path at once (see `Migration`).
+        let _ = m.cause;
         self.sq.retry_after_migration();
     }
 

@@ -318,7 +318,7 @@ proptest! {
                 ApmOp::RetryExhausted => match a.on_retry_exhausted() {
                     RetryExhausted::Migrated(m) => {
                         prop_assert_eq!(before.state(), MigState::Armed);
-                        prop_assert!(m.reload_retry_count);
+                        prop_assert_eq!(m.cause, MigrationCause::RetryExhausted);
                         prop_assert_eq!(Some(a.primary()), before.alternate());
                         prop_assert_eq!(a.alternate(), None);
                     }

@@ -1,5 +1,11 @@
 //! A memory model for the simulation: MRs are byte arrays with a key (lkey = rkey), a base
-//! address and access rights. Every access is checked first and touches nothing on failure.
+//! address, access rights and a protection domain. Every access is checked first and touches
+//! nothing on failure.
+//!
+//! Keys and checks follow the driver's MR table (`rust/driver/memory.rs`): a key is
+//! `index << 8 | byte`; the index finds the MR, then the key must match in full, the MR must
+//! belong to the QP's PD and be valid (else `BadKey`), grant the access (else `NoAccess`) and
+//! hold the range (else `OutOfBounds`).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -14,11 +20,20 @@ pub struct Mr {
     pub bytes: Vec<u8>,
     pub access: u32,
     pub valid: bool,
+    /// Protection domain; the QP's is [`MemInner::pd`].
+    pub pd: u32,
+}
+
+/// The MR index of a key (the driver's `key_index`).
+pub fn key_index(key: u32) -> u32 {
+    key >> 8
 }
 
 #[derive(Debug, Default)]
 pub struct MemInner {
     pub mrs: Vec<Mr>,
+    /// The PD of the QP this memory serves.
+    pub pd: u32,
     /// Number of atomics executed (for the exactly-once check).
     pub atomics_executed: u64,
 }
@@ -28,12 +43,22 @@ pub struct MemInner {
 pub struct SimMem(pub Rc<RefCell<MemInner>>);
 
 impl MemInner {
+    /// The MR `key` names for this QP: found by index, then the whole key, the PD and the
+    /// state must match (the driver's `RvrMr::check`).
     fn mr(&self, key: u32) -> Option<&Mr> {
-        self.mrs.iter().find(|m| m.key == key && m.valid)
+        let pd = self.pd;
+        self.mrs
+            .iter()
+            .find(|m| key_index(m.key) == key_index(key))
+            .filter(|m| m.key == key && m.pd == pd && m.valid)
     }
 
     fn mr_mut(&mut self, key: u32) -> Option<&mut Mr> {
-        self.mrs.iter_mut().find(|m| m.key == key && m.valid)
+        let pd = self.pd;
+        self.mrs
+            .iter_mut()
+            .find(|m| key_index(m.key) == key_index(key))
+            .filter(|m| m.key == key && m.pd == pd && m.valid)
     }
 
     fn range(m: &Mr, va: u64, len: u64) -> Result<std::ops::Range<usize>, MemError> {
@@ -176,11 +201,17 @@ impl Memory for SimMem {
 
     fn fast_register(&mut self, p: &RegMrParams) -> Result<(), MemError> {
         let mut m = self.0.borrow_mut();
-        if let Some(mr) = m.mrs.iter_mut().find(|x| x.key == p.key) {
-            if mr.valid {
+        let pd = m.pd;
+        if let Some(mr) = m
+            .mrs
+            .iter_mut()
+            .find(|x| key_index(x.key) == key_index(p.key))
+        {
+            if mr.valid || mr.pd != pd {
                 return Err(MemError::OpFailed);
             }
             mr.valid = true;
+            mr.key = p.key;
             mr.base = p.iova;
             mr.access = p.access;
             return Ok(());
@@ -191,19 +222,47 @@ impl Memory for SimMem {
             bytes: vec![0; p.length as usize],
             access: p.access,
             valid: true,
+            pd,
         });
         Ok(())
     }
 }
 
 impl SimMem {
+    /// Adds an MR of the QP's PD.
     pub fn add_mr(&self, key: u32, base: u64, len: usize, access: u32) {
-        self.0.borrow_mut().mrs.push(Mr {
+        let pd = self.0.borrow().pd;
+        self.add_mr_pd(key, base, len, access, pd);
+    }
+
+    /// Adds an MR of protection domain `pd`; its index (`key >> 8`) must be unused.
+    pub fn add_mr_pd(&self, key: u32, base: u64, len: usize, access: u32, pd: u32) {
+        let mut m = self.0.borrow_mut();
+        assert!(
+            m.mrs.iter().all(|x| key_index(x.key) != key_index(key)),
+            "MR index {:#x} in use",
+            key_index(key)
+        );
+        m.mrs.push(Mr {
             key,
             base,
             bytes: vec![0; len],
             access,
             valid: true,
+            pd,
         });
+    }
+
+    /// The bytes of the MR with index `key >> 8` at `va`, whatever its key, PD and state (to
+    /// compare memory the engine must not have touched).
+    pub fn peek(&self, key: u32, va: u64, len: usize) -> Vec<u8> {
+        let m = self.0.borrow();
+        let mr = m
+            .mrs
+            .iter()
+            .find(|x| key_index(x.key) == key_index(key))
+            .expect("MR");
+        let off = (va - mr.base) as usize;
+        mr.bytes[off..off + len].to_vec()
     }
 }

@@ -21,10 +21,11 @@ use super::node::{timer_index, SimOut, SimQp};
 use super::rng::Rng;
 
 const MTU: u32 = 256;
-const SRC: u32 = 1;
-const DST: u32 = 2;
-const RMT: u32 = 3;
-const ATM: u32 = 4;
+// MR keys as the driver makes them: index << 8 | key byte.
+const SRC: u32 = 0x1_5a;
+const DST: u32 = 0x2_c3;
+const RMT: u32 = 0x3_17;
+const ATM: u32 = 0x4_e8;
 const SRC_VA: u64 = 0x10000;
 const DST_VA: u64 = 0x20000;
 const RMT_VA: u64 = 0x30000;
@@ -2721,4 +2722,338 @@ fn inbound_pkey_mismatch_is_dropped_silently_and_counted() {
     assert_eq!(d.state(0), QpState::Rts);
     assert!(d.e[0].out.send_cqes.is_empty());
     assert_eq!(d.e[0].qp.counters().pkey_violations, 1);
+}
+
+// ---- seed 001: every R_Key violation is a remote access error --------------------------------
+
+const TGT_VA: u64 = 0x50000;
+const TGT_LEN: usize = 4096;
+const TGT: u32 = 0x10 << 8 | 0x42;
+const PATTERN: u8 = 0xA5;
+
+/// The R_Key violations a responder must catch, as (what, R_Key, VA) of an RDMA request of
+/// 64 bytes from node 0, with node 1's memory set up for each.
+fn r_key_violations(op: SendOpcode) -> Vec<(&'static str, u32, u64)> {
+    let mut v = vec![
+        ("unused MR index", 0x11 << 8 | 0x42, TGT_VA),
+        ("wrong key byte", TGT ^ 0x01, TGT_VA),
+        ("invalidated MR", TGT, TGT_VA),
+        ("MR of another PD", 0x12 << 8 | 0x42, TGT_VA + 0x10000),
+        ("range past the MR's end", TGT, TGT_VA + TGT_LEN as u64 - 32),
+        ("range before the MR", TGT, TGT_VA - 8),
+    ];
+    if op == SendOpcode::RdmaRead {
+        v.push(("MR without remote read", 0x13 << 8 | 0x42, TGT_VA + 0x20000));
+    } else {
+        v.push((
+            "MR without remote write",
+            0x14 << 8 | 0x42,
+            TGT_VA + 0x30000,
+        ));
+    }
+    v
+}
+
+fn r_key_duo(case: &str) -> Duo {
+    use rvrdma_core::memory::Memory;
+    let mut d = Duo::new(Opts::default());
+    let m = &d.e[1].mem;
+    let all = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE;
+    m.add_mr(TGT, TGT_VA, TGT_LEN, all);
+    m.add_mr_pd(0x12 << 8 | 0x42, TGT_VA + 0x10000, TGT_LEN, all, 7);
+    m.add_mr(
+        0x13 << 8 | 0x42,
+        TGT_VA + 0x20000,
+        TGT_LEN,
+        ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+    );
+    m.add_mr(
+        0x14 << 8 | 0x42,
+        TGT_VA + 0x30000,
+        TGT_LEN,
+        ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ,
+    );
+    for (k, va) in [
+        (TGT, TGT_VA),
+        (0x13 << 8 | 0x42, TGT_VA + 0x20000),
+        (0x14 << 8 | 0x42, TGT_VA + 0x30000),
+    ] {
+        fill(m, k, va, &[PATTERN; TGT_LEN]);
+    }
+    {
+        let mut inner = m.0.borrow_mut();
+        let saved = inner.pd;
+        inner.pd = 7;
+        inner
+            .write(0x12 << 8 | 0x42, TGT_VA + 0x10000, &[PATTERN; TGT_LEN])
+            .expect("fill");
+        inner.pd = saved;
+    }
+    if case == "invalidated MR" {
+        let mut m = d.e[1].mem.clone();
+        m.local_invalidate(TGT).expect("invalidate");
+    }
+    fill(&d.e[0].mem, SRC, SRC_VA, &[0x3C; 64]);
+    d.pump();
+    d
+}
+
+/// Seed 001, Table 17-7 "R_Key Violation" (class C): whatever is wrong with the R_Key of an
+/// RDMA Read or Write (no MR at its index, a wrong key byte, an invalidated MR, an MR of
+/// another PD, a range outside the MR, an MR without the access), the responder answers with
+/// the Remote Access Error NAK, enters Error and raises QP_ACCESS_ERR (no RQ WQE in use); the
+/// requester completes with REM_ACCESS_ERR; no byte of either side's memory changes.
+#[test]
+fn seed001_class_c_every_r_key_violation_is_a_remote_access_error() {
+    for op in [SendOpcode::RdmaWrite, SendOpcode::RdmaRead] {
+        for (case, rkey, va) in r_key_violations(op) {
+            let mut d = r_key_duo(case);
+            let mut wr = if op == SendOpcode::RdmaRead {
+                read_wr(1, 64)
+            } else {
+                send_wr(1, SendOpcode::RdmaWrite, 64)
+            };
+            wr.rkey = rkey;
+            wr.remote_addr = va;
+            d.post(0, wr).expect("post");
+            d.pump();
+            let what = format!("{op:?}, {case}");
+            let c = &d.e[0].out.send_cqes;
+            assert_eq!(c.len(), 1, "{what}");
+            assert_eq!(c[0].status, WcStatus::RemAccessErr, "{what}");
+            assert!(d.e[1].out.has_event(AsyncEvent::QpAccessErr), "{what}");
+            assert!(!d.e[1].out.has_event(AsyncEvent::QpReqErr), "{what}");
+            assert_eq!(d.state(1), QpState::Error, "{what}");
+            for (k, base) in [
+                (TGT, TGT_VA),
+                (0x12 << 8 | 0x42, TGT_VA + 0x10000),
+                (0x13 << 8 | 0x42, TGT_VA + 0x20000),
+                (0x14 << 8 | 0x42, TGT_VA + 0x30000),
+            ] {
+                assert!(
+                    d.e[1]
+                        .mem
+                        .peek(k, base, TGT_LEN)
+                        .iter()
+                        .all(|b| *b == PATTERN),
+                    "{what}: target memory changed"
+                );
+            }
+            assert!(
+                d.e[0].mem.peek(DST, DST_VA, 64).iter().all(|b| *b == 0),
+                "{what}: the reader's memory changed"
+            );
+        }
+    }
+}
+
+/// The same checks pass with a good R_Key (the test setup itself is sound), and a QP without
+/// remote access enabled answers an RDMA request with an Invalid Request NAK instead (Table
+/// 17-7 "Unsupported or Reserved Opcode": a function the QP does not support): REM_INV_REQ_ERR
+/// at the requester, QP_REQ_ERR at the target.
+#[test]
+fn seed001_r_key_good_key_works_and_disabled_qp_access_is_an_invalid_request() {
+    let mut d = r_key_duo("");
+    let mut w = send_wr(1, SendOpcode::RdmaWrite, 64);
+    w.rkey = TGT;
+    w.remote_addr = TGT_VA;
+    d.post(0, w).expect("post");
+    let mut r = read_wr(2, 64);
+    r.rkey = TGT;
+    r.remote_addr = TGT_VA + 64;
+    d.post(0, r).expect("post");
+    d.pump();
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert_eq!(d.e[1].mem.peek(TGT, TGT_VA, 64), vec![0x3C; 64]);
+    assert_eq!(d.e[0].mem.peek(DST, DST_VA, 64), vec![PATTERN; 64]);
+    for (op, access) in [
+        (SendOpcode::RdmaWrite, ACCESS_REMOTE_READ),
+        (SendOpcode::RdmaRead, ACCESS_REMOTE_WRITE),
+    ] {
+        let mut d = r_key_duo("");
+        let e = &mut d.e[1];
+        let a = QpAttrs {
+            qp_access_flags: access,
+            ..QpAttrs::default()
+        };
+        e.qp.modify(0, &a, AttrMask::ACCESS_FLAGS, &mut e.out)
+            .expect("access flags");
+        let mut wr = if op == SendOpcode::RdmaRead {
+            read_wr(1, 64)
+        } else {
+            send_wr(1, SendOpcode::RdmaWrite, 64)
+        };
+        wr.rkey = TGT;
+        wr.remote_addr = TGT_VA;
+        d.post(0, wr).expect("post");
+        d.pump();
+        assert_eq!(
+            d.e[0].out.send_cqes[0].status,
+            WcStatus::RemInvReqErr,
+            "{op:?}"
+        );
+        assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr), "{op:?}");
+        assert!(d.e[1]
+            .mem
+            .peek(TGT, TGT_VA, TGT_LEN)
+            .iter()
+            .all(|b| *b == PATTERN));
+    }
+}
+
+// ---- declared behaviours -----------------------------------------------------------------------
+
+/// Seed 001, Table 17-7 "CQ overflow" (class G): the message whose receive CQE could not be
+/// written is not acknowledged (no ACK leaves for it, nor anything after it), so the requester
+/// never completes a message the responder's owner never saw.
+#[test]
+fn seed001_class_g_leaves_no_ack_for_the_lost_message() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        ..Opts::default()
+    });
+    d.pump();
+    d.e[1].out.cq_cap = 0;
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert!(p[0].0.bth.ack_req);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    d.progress(1);
+    assert!(d.take(1).is_empty(), "no ACK for the lost message");
+    assert_eq!(d.state(1), QpState::Error);
+    // The requester gets nothing: its Send is not completed successfully.
+    assert!(d.e[0].out.send_cqes.is_empty());
+}
+
+/// Seed 003 ("SQ Logic's Behavior When No Credits Are Available"): an RDMA Write with Immediate
+/// takes its RQ WQE (its credit) at the packet carrying the immediate data, the Last (or
+/// Only): the First and Middle packets need none, and without a WQE the Last draws the RNR NAK.
+#[test]
+fn seed003_write_with_immediate_takes_its_credit_at_the_last_packet() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut first = req(Opcode::RcRdmaWriteFirst, PSN_A);
+    first.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 2 * MTU + 10,
+    });
+    d.deliver(1, &first, &[1u8; MTU as usize], 1);
+    let mut middle = req(Opcode::RcRdmaWriteMiddle, PSN_A + 1);
+    middle.bth.ack_req = true;
+    d.deliver(1, &middle, &[2u8; MTU as usize], 1);
+    let p = d.take(1);
+    assert_eq!(p.len(), 1);
+    assert!(
+        aeth_of(&p[0].0).syndrome.is_ack(),
+        "First and Middle need no WQE"
+    );
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    let last = req(Opcode::RcRdmaWriteLastWithImmediate, PSN_A + 2);
+    d.deliver(1, &last, &[3u8; 10], 1);
+    let p = d.take(1);
+    assert_eq!(aeth_of(&p[0].0).syndrome, Syndrome::RnrNak { timer: 3 });
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 2), "RNR NAK at the Last");
+    assert_eq!(d.e[1].qp.rq_logic().epsn(), PSN_A + 2);
+    // With a receive posted, the retransmitted Last takes it: one credit less.
+    d.post_recv(1, 64).expect("recv");
+    d.take(1);
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 1);
+    d.deliver(1, &last, &[3u8; 10], 1);
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 0);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(
+        (c[0].opcode, c[0].byte_len, c[0].imm_or_rkey),
+        (WcOpcode::RecvRdmaWithImm, 2 * MTU + 10, 7)
+    );
+}
+
+/// Seed 003 ("SQ WQEs Are Internally Numbered"; the MSN counts messages the RQ Logic
+/// completed): local operations (LOCAL_INV, fast registration) never reach the responder and
+/// take no SSN, so a Send behind them keeps the SSN the peer's credits were counted for.
+#[test]
+fn seed003_local_operations_take_no_ssn() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.flow(1); // one credit: LSN = 1
+    d.take(0);
+    let mut inv = SendWr::new(1, SendOpcode::LocalInv);
+    inv.invalidate_rkey = RMT;
+    d.post(0, inv).expect("post");
+    let mut reg = SendWr::new(2, SendOpcode::RegMr);
+    reg.reg.key = RMT;
+    reg.reg.iova = RMT_VA;
+    reg.reg.length = 1 << 16;
+    reg.reg.access = ACCESS_LOCAL_WRITE;
+    d.post(0, reg).expect("post");
+    d.post(0, send_wr(3, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(
+        p.len(),
+        3,
+        "the Send is SSN 1, within the LSN: all its packets go"
+    );
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    let acks = d.take(1);
+    assert_eq!(aeth_of(&acks.last().expect("ACK").0).msn, 1);
+    assert_eq!(d.e[0].qp.counters().sq.credit_stalls, 0);
+}
+
+/// Seed 000: after a migration the retry count is reloaded on both sides. Step 5 says so for
+/// the QP that migrates on its own (retry exhaustion or a command); the QP that migrates on the
+/// peer's MigReq=1 (steps 6-10) moves its own SQ to the new path too, and retries spent on the
+/// old path say nothing about the new one: it reloads the count the same way.
+#[test]
+fn seed000_peer_requested_migration_reloads_the_retry_count() {
+    let mut d = armed_duo();
+    // Node 0 spends a retry on a Write lost on the old path.
+    d.post(0, send_wr(5, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.progress(0);
+    d.take(0);
+    d.fire(0, Timer::Retransmit);
+    d.take(0);
+    assert_eq!(d.e[0].qp.sq_logic().retry_left(), 2);
+    // Node 1 migrates by command and its next packet, MigReq=1 over the alternate path, is
+    // the migration request node 0 accepts.
+    let e = &mut d.e[1];
+    let a = QpAttrs {
+        path_mig_state: MigState::Migrated,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::PATH_MIG_STATE, &mut e.out)
+        .expect("migrate");
+    d.post(1, send_wr(6, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.progress(1);
+    let p = d.take(1);
+    assert!(p[0].0.bth.mig_req);
+    assert_eq!(p[0].2, 2);
+    d.deliver(0, &p[0].0, &p[0].1, p[0].2);
+    assert!(d.e[0].out.has_event(AsyncEvent::PathMig));
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
+    assert_eq!(
+        d.e[0].qp.sq_logic().retry_left(),
+        3,
+        "reloaded on the peer's request"
+    );
+    // And node 0 retransmits its outstanding Write over the new path at once.
+    d.progress(0);
+    let r = d.take(0);
+    assert!(r
+        .iter()
+        .any(|(h, _, port)| h.bth.opcode == Opcode::RcRdmaWriteOnly
+            && *port == 2
+            && h.bth.mig_req));
 }
