@@ -83,13 +83,17 @@ fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
 }
 
 /// The cached route of `path`, if valid.
-fn cached<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c Route> {
+/// The route stored for `path`, valid or not.
+fn stored<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c Route> {
     cache
         .iter()
         .flatten()
         .find(|c| c.port == path.port_num && c.sgid == path.sgid && c.dgid == path.dgid)
         .map(|c| &c.route)
-        .filter(|r| r.is_valid())
+}
+
+fn cached<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c Route> {
+    stored(cache, path).filter(|r| r.is_valid())
 }
 
 fn store(cache: &mut RouteCache, path: &PathInfo, route: Route) {
@@ -107,7 +111,7 @@ fn store(cache: &mut RouteCache, path: &PathInfo, route: Route) {
 }
 
 /// Looks up the routes of `paths` that have none cached (process context, no lock held:
-/// IPv6 lookups need IRQs enabled). Returns them for [`install_routes`].
+/// lookups need IRQs enabled). Returns them for [`install_routes`].
 pub fn lookup_routes(
     qp: &QpShared,
     cache_has: impl Fn(&PathInfo) -> bool,
@@ -149,8 +153,8 @@ pub struct QpOut<'a> {
     inline: &'a [u8],
     /// Routes by path; `None` where the caller cannot transmit.
     routes: Option<&'a mut RouteCache>,
-    /// Set when a packet was dropped for want of a route only a lookup outside the lock
-    /// (IPv6) can provide.
+    /// Set when a packet was dropped for want of a route, which only a lookup outside the lock
+    /// can provide.
     pub need_route: bool,
 }
 
@@ -224,26 +228,18 @@ impl Outputs for QpOut<'_> {
             Counters::inc(&counters.send_err);
             return;
         };
-        if cached(routes, path).is_none() {
-            if params.ipv4().is_none() {
-                // IPv6 lookups cannot run with IRQs off: the caller looks it up after the lock;
-                // the transport timer retransmits this packet.
-                self.need_route = true;
-                Counters::inc(&counters.send_err);
-                return;
-            }
-            match Route::lookup(tun, &params) {
-                Ok(r) => store(routes, path, r),
-                Err(_) => {
-                    Counters::inc(&counters.send_err);
-                    return;
-                }
-            }
-        }
-        let Some(route) = cached(routes, path) else {
+        // No lookup runs here, with IRQs off (it may enable BH, see `net::tx`): the work item
+        // looks routes up after the lock. Meanwhile a stale route still carries the packet
+        // (we hold its dst; one whose device is gone drops it, as a lost packet), so a route
+        // change costs no retransmission; with none at all the transport timer resends it.
+        let Some(route) = stored(routes, path) else {
+            self.need_route = true;
             Counters::inc(&counters.send_err);
             return;
         };
+        if !route.is_valid() {
+            self.need_route = true;
+        }
         let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, self.inline);
         let built = tx::build_routed(tun, route, &params, len, |buf| {
             let n = h.encode(buf).map_err(|_| EINVAL)?;

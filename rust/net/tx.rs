@@ -5,10 +5,10 @@
 //! `ip_local_out` / `ip6_local_out`.
 //!
 //! Contexts: [`build`] and [`build_routed`] only allocate with `GFP_ATOMIC` and never sleep, so
-//! they may run under an irqsave spinlock; but the IPv6 route lookup enables BH
-//! (`ip6_pol_route` -> `local_bh_enable`), so [`Route::lookup`] for IPv6 must run with IRQs
-//! enabled (do it before taking the lock and keep the [`Route`]). [`Skb::send`] must run with
-//! IRQs and BH enabled.
+//! they may run under an irqsave spinlock; but route lookups of both families may enable BH
+//! (`ip6_pol_route`, and IPv4's `rt_cache_route` when it caches a next hop, both end in
+//! `local_bh_enable`), so [`Route::lookup`] must run with IRQs enabled (do it before taking
+//! the lock and keep the [`Route`]). [`Skb::send`] must run with IRQs and BH enabled.
 
 use super::netdev::NetDev;
 use super::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
@@ -75,8 +75,8 @@ unsafe impl Send for Route {}
 unsafe impl Sync for Route {}
 
 impl Route {
-    /// Looks up the route for `p` (egress restricted to `p.ndev`, protocol UDP). IPv4 may run in
-    /// any context (atomic allowed); IPv6 must run with IRQs enabled (see the module doc).
+    /// Looks up the route for `p` (egress restricted to `p.ndev`, protocol UDP). Must run with
+    /// IRQs enabled (see the module doc); it does not sleep.
     /// `EHOSTUNREACH` when there is no route (or the source address is not local).
     pub fn lookup(tun: &TunnelRef, p: &TxParams<'_>) -> Result<Route> {
         let net = p.net();
