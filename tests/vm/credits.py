@@ -19,7 +19,8 @@ def main():
     a = Qp(Dev(sys.argv[1], int(sys.argv[2]), e.IBV_ACCESS_LOCAL_WRITE))
     b = Qp(Dev(sys.argv[3], int(sys.argv[4]), e.IBV_ACCESS_LOCAL_WRITE))
     # A first: B's initial unsolicited ACK (credit count 0) then reaches an A ready to hear it.
-    # Timeout 20 (4.3 s): a probe packet would only go after that.
+    # Timeout 20 (4.3 s): the Send must go on the credits the responder announces (or its answer
+    # to a credit probe), long before any transport timeout.
     a.connect(b, timeout=20)
     b.connect(a, timeout=20)
     time.sleep(0.3)
