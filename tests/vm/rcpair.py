@@ -74,12 +74,14 @@ class Dev:
 
 
 class Qp:
-    """An RC QP with its own CQ (send and receive), `depth` WRs deep on each queue."""
+    """An RC QP with its own CQ (send and receive), `depth` WRs deep on each queue, with up to
+    `send_sge` / `recv_sge` SGEs per WR."""
 
-    def __init__(self, dev, cqe=64, srq=None, depth=16):
+    def __init__(self, dev, cqe=64, srq=None, depth=16, send_sge=1, recv_sge=1):
         self.dev = dev
         self.cq = CQ(dev.ctx, cqe)
-        cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
+        cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=send_sge,
+                    max_recv_sge=recv_sge)
         kw = dict(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
         if srq is not None:
             kw["srq"] = srq
@@ -94,12 +96,12 @@ class Qp:
         self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
                        e.IBV_QP_ACCESS_FLAGS)
 
-    def to_rtr(self, peer, min_rnr_timer=12, extra=None):
-        """Init -> RTR on port 1 towards `peer`; `extra(attr)` may set more attributes and
-        returns their mask bits."""
+    def to_rtr(self, peer, min_rnr_timer=12, extra=None, mtu=e.IBV_MTU_1024):
+        """Init -> RTR on port 1 towards `peer` with path MTU `mtu` (an IBV_MTU_* value);
+        `extra(attr)` may set more attributes and returns their mask bits."""
         a = QPAttr()
         a.qp_state = e.IBV_QPS_RTR
-        a.path_mtu = e.IBV_MTU_1024
+        a.path_mtu = mtu
         a.dest_qp_num = peer.qp.qp_num
         a.rq_psn = 0
         a.max_dest_rd_atomic = 4
@@ -123,11 +125,17 @@ class Qp:
                 e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
         self.qp.modify(a, mask | (extra(a) if extra else 0))
 
-    def connect(self, peer, **rts):
-        """Reset -> Init -> RTR -> RTS towards `peer`."""
-        self.to_init()
-        self.to_rtr(peer)
+    def connect(self, peer, mtu=e.IBV_MTU_1024, access=ACCESS, **rts):
+        """Reset -> Init -> RTR -> RTS towards `peer`; `access` is the QP's remote access,
+        `rts` goes to `to_rts`."""
+        self.to_init(access)
+        self.to_rtr(peer, mtu=mtu)
         self.to_rts(**rts)
+
+    def close(self):
+        """Destroys the QP, then its CQ."""
+        self.qp.close()
+        self.cq.close()
 
     def recv(self, n=1, length=4096):
         for _ in range(n):
