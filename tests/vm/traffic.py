@@ -1,0 +1,1112 @@
+#!/usr/bin/python3
+"""traffic.py: RC traffic between two RDMA devices, with every byte and every completion checked.
+
+One process opens both devices (they may sit in different network namespaces: RDMA devices are
+visible from every namespace in the default "shared" rdma netns mode), connects RC QP pairs
+between them and runs a shuffled mix of operations, several WRs in flight, in one direction or
+both. It checks:
+
+  data        every byte an operation delivers: Send, Send with Immediate, Send with Invalidate,
+              RDMA Write, RDMA Write with Immediate, RDMA Read, Fetch&Add, Compare&Swap;
+  canaries    no byte outside the target moved: each buffer sits at a random offset of a large
+              MR, split into 1..max_sge SGEs with gaps between them; the gaps, 64 bytes on each
+              side and the unused tail of receive buffers hold random bytes that must survive,
+              sources must stay unchanged, and at the end each MR is compared whole with a model
+              of what it must hold;
+  completions status, opcode, wr_id, qp_num, byte_len (receives, Reads, atomics), wc_flags
+              (WITH_IMM, WITH_INV), the immediate and the invalidated R_Key, receives consumed
+              in posting order (RQ; src_qp is defined for UD only and not looked at);
+  atomics     the original value returned and the target afterwards, with Compare&Swaps whose
+              compare fails (the target must keep its value);
+  invalidate  Send with Invalidate names a type 2 memory window of the receiver that an RDMA Write
+              just used: the receive completion carries IBV_WC_WITH_INV and that R_Key, and a
+              second Write through it must fail with a remote error and leave memory unchanged
+              (needs memory windows on the receiving device; run on a QP pair of its own).
+
+usage: traffic.py DEV_A DEV_B [options]      (--help lists the options)
+
+  traffic.py rvr0 rvr1 --gid-a 10.77.0.1 --gid-b 10.77.0.2
+  traffic.py rvr0 rxe1 --ops write,read,cmp_swap --sizes 1,mtu-1,mtu,mtu+1,1M --mtu 4096
+  traffic.py rvr0 rvr1 --srq --qps 4 --seed 1234       (replays the run of seed 1234)
+
+Sizes may be written as bytes (4096, 64K, 1M) or relative to the path MTU (mtu, mtu-1, 3*mtu+7).
+The seed is printed first; --seed replays the same operations and data, at the same offsets
+(unless a buffer still in flight holds one: completions come when they come). Every failure is
+one "FAIL" line naming the operation, its size, its buffers' offsets, the seed and the first bad
+byte or completion field. The last line is the summary. Exit status: 0 when every byte and every
+completion checked was as expected, 1 when anything failed, 2 on a usage or set-up error.
+Needs rdma-core's pyverbs (python3-pyverbs) and rcpair.py from the same directory."""
+import argparse
+import collections
+import ipaddress
+import operator
+import os
+import random
+import re
+import sys
+import time
+
+import pyverbs.enums as e
+from pyverbs.device import Context
+from pyverbs.mr import MW, MWBindInfo
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsError
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rcpair import Dev, Qp  # noqa: E402
+
+OPS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "fetch_add", "cmp_swap")
+SEND_OPS = ("send", "send_imm", "send_inv")
+ATOMIC_OPS = ("fetch_add", "cmp_swap")
+RECV_OPS = SEND_OPS + ("write_imm",)
+WR_OPCODE = {
+    "send": e.IBV_WR_SEND,
+    "send_imm": e.IBV_WR_SEND_WITH_IMM,
+    "send_inv": e.IBV_WR_SEND_WITH_INV,
+    "write": e.IBV_WR_RDMA_WRITE,
+    "write_imm": e.IBV_WR_RDMA_WRITE_WITH_IMM,
+    "read": e.IBV_WR_RDMA_READ,
+    "fetch_add": e.IBV_WR_ATOMIC_FETCH_AND_ADD,
+    "cmp_swap": e.IBV_WR_ATOMIC_CMP_AND_SWP,
+}
+WC_OPCODE = {
+    "send": e.IBV_WC_SEND,
+    "send_imm": e.IBV_WC_SEND,
+    "send_inv": e.IBV_WC_SEND,
+    "write": e.IBV_WC_RDMA_WRITE,
+    "write_imm": e.IBV_WC_RDMA_WRITE,
+    "read": e.IBV_WC_RDMA_READ,
+    "fetch_add": e.IBV_WC_FETCH_ADD,
+    "cmp_swap": e.IBV_WC_COMP_SWAP,
+}
+MTUS = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024, 2048: e.IBV_MTU_2048,
+        4096: e.IBV_MTU_4096}
+ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ |
+          e.IBV_ACCESS_REMOTE_ATOMIC)
+# "Invalidated" in a receive completion: libibverbs calls it IBV_WC_WITH_INV (1 << 3); providers
+# of the rxe user ABI (rdma_rxe, rvrdma) hand over the kernel's IB_WC_WITH_INVALIDATE (1 << 2)
+# unchanged, a bit libibverbs names IBV_WC_IP_CSUM_OK. A Send with Invalidate must set one of
+# them; other receives must not set IBV_WC_WITH_INV (bit 2 may be a checksum flag there).
+WC_INV_ANY = e.IBV_WC_WITH_INV | (1 << 2)
+# An R_Key that is not (or no longer) valid: IBA says Remote Access Error; some responders
+# answer Invalid Request. Either is a correct refusal, success or a timeout is not.
+REFUSED = (e.IBV_WC_REM_ACCESS_ERR, e.IBV_WC_REM_INV_REQ_ERR)
+STATUS_NAMES = ("SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+                "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
+                "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
+                "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
+                "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR",
+                "GENERAL_ERR")
+GUARD = 64  # canary bytes checked on each side of every buffer
+GAP_MAX = 64  # largest gap between two SGE pieces
+SLACK_MAX = 64  # largest unused tail of a receive buffer
+MAX_FAIL_LINES = 40
+DEFAULT_SIZES = "1,2,63,mtu-1,mtu,mtu+1,2*mtu,3*mtu+7,65536,1M"
+INJECT_KINDS = ("data", "canary", "byte_len", "imm", "old")
+COMPLEMENT = bytes(255 - i for i in range(256))
+MASK64 = (1 << 64) - 1
+
+
+class SetupError(Exception):
+    """A usage or set-up problem (exit status 2), not a failed check."""
+
+
+def status_name(s):
+    for n in STATUS_NAMES:
+        if getattr(e, "IBV_WC_" + n, None) == s:
+            return n
+    return str(s)
+
+
+def u64(b):
+    return int.from_bytes(b, sys.byteorder)
+
+
+def u64_bytes(v):
+    return v.to_bytes(8, sys.byteorder)
+
+
+def first_diff(a, b):
+    """Index of the first byte where `a` and `b` differ (same length), and how many differ
+    (counted in the first 1 MiB from there: enough to tell one bad byte from a bad block)."""
+    n = len(a)
+    step = 4096
+    for i in range(0, n, step):
+        if a[i:i + step] != b[i:i + step]:
+            j = i
+            while a[j] == b[j]:
+                j += 1
+            end = min(n, j + (1 << 20))
+            return j, sum(map(operator.ne, a[j:end], b[j:end]))
+    return -1, 0
+
+
+def parse_size(tok, mtu):
+    t = tok.strip().lower()
+    m = re.fullmatch(r"(?:(\d+)\*)?mtu([+-]\d+)?", t)
+    if m:
+        v = int(m.group(1) or 1) * mtu + int(m.group(2) or 0)
+    else:
+        m = re.fullmatch(r"(\d+)([km]?)", t)
+        if not m:
+            raise SetupError("bad size %r (bytes, 64K, 1M, mtu, mtu-1, 3*mtu+7)" % tok)
+        v = int(m.group(1)) << {"": 0, "k": 10, "m": 20}[m.group(2)]
+    if not 1 <= v <= 1 << 30:
+        raise SetupError("size %r = %d is outside 1 B .. 1 GiB" % (tok, v))
+    return v
+
+
+def parse_bytes(tok):
+    m = re.fullmatch(r"(\d+)([kmg]?)", tok.strip().lower())
+    if not m:
+        raise argparse.ArgumentTypeError("bad size %r" % tok)
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)]
+
+
+def sysfs_port(dev):
+    return "/sys/class/infiniband/%s/ports/1/" % dev
+
+
+def gid_index(dev, spec):
+    """The port-1 GID index `spec` names: an index, an IP address (its RoCE v2 GID) or None
+    (the first RoCE v2 GID of an IPv4 address)."""
+    if spec is not None and spec.isdigit():
+        return int(spec)
+    want = None
+    if spec is not None:
+        try:
+            a = ipaddress.ip_address(spec)
+        except ValueError:
+            raise SetupError("--gid: %r is neither a GID index nor an IP address" % spec)
+        if a.version == 4:
+            a = ipaddress.IPv6Address("::ffff:" + spec)
+        want = a.exploded
+    base = sysfs_port(dev)
+    try:
+        idx = sorted(os.listdir(base + "gids"), key=int)
+    except OSError as ex:
+        raise SetupError("cannot read the GID table of %s: %s" % (dev, ex))
+    for i in idx:
+        try:
+            with open(base + "gid_attrs/types/" + i) as f:
+                if f.read().strip() != "RoCE v2":
+                    continue
+            with open(base + "gids/" + i) as f:
+                g = f.read().strip()
+        except OSError:
+            continue
+        if (want is None and g.startswith("0000:0000:0000:0000:0000:ffff:")) or g == want:
+            return int(i)
+    raise SetupError("%s has no RoCE v2 GID for %s" % (dev, spec or "an IPv4 address"))
+
+
+def mw_type2(name):
+    """None when `name` can allocate a type 2 memory window, else why not."""
+    ctx = Context(name=name)
+    try:
+        pd = PD(ctx)
+        try:
+            MW(pd, e.IBV_MW_TYPE_2).close()
+            return None
+        except PyverbsError as ex:
+            return "ibv_alloc_mw(type 2) failed: %s" % str(ex).strip().splitlines()[-1]
+        finally:
+            pd.close()
+    finally:
+        ctx.close()
+
+
+class Side:
+    """One device: context, PD, one large MR, the model of what the MR holds (`shadow`) and
+    the ranges of it that operations in flight own."""
+
+    def __init__(self, tag, name, gid, args, need_mw):
+        self.tag, self.name = tag, name
+        access = ACCESS | (e.IBV_ACCESS_MW_BIND if need_mw else 0)
+        self.dev = Dev(name, gid, access=access, mr_size=args.mr_size)
+        self.ctx, self.pd, self.mr = self.dev.ctx, self.dev.pd, self.dev.mr
+        self.size = args.mr_size
+        a = self.ctx.query_device()
+        cap = args.max_sge or a.max_sge
+        self.max_sge = max(1, min(a.max_sge, cap))
+        self.max_sge_rd = max(1, min(self.max_sge, a.max_sge_rd or self.max_sge))
+        self.max_recv_sge = self.max_sge
+        if args.srq:
+            self.max_recv_sge = max(1, min(self.max_sge, a.max_srq_sge))
+        self.atomics = a.atomic_caps != e.IBV_ATOMIC_NONE
+        self.active_mtu = self.ctx.query_port(1).active_mtu
+        self.srq = None
+        if args.srq:
+            self.srq = SRQ(self.pd, SrqInitAttr(attr=SrqAttr(max_wr=args.window + 4,
+                                                             max_sge=self.max_recv_sge)))
+        self.busy = {}
+        self.next_key = 0
+        self.shadow = None
+
+    def fill(self, rng):
+        """Random bytes all over the MR (a prime-length random block repeated: random enough
+        for a background, and fast), recorded in the model."""
+        block = rng.randbytes(65521)
+        whole = (block * (self.size // len(block) + 1))[:self.size]
+        self.mr.write(whole, self.size, 0)
+        self.shadow = bytearray(whole)
+
+    def alloc(self, size, rng, align=1):
+        """A random free range of `size` bytes starting at a multiple of `align`; None when
+        none was found (operations in flight hold too much of the MR)."""
+        if size > self.size:
+            raise SetupError("a buffer of %d bytes does not fit %s's %d-byte MR (--mr-size)" %
+                             (size, self.name, self.size))
+        for _ in range(64):
+            start = rng.randrange(0, self.size - size + 1)
+            start -= start % align
+            end = start + size
+            if all(end <= s or start >= t for s, t in self.busy.values()):
+                self.next_key += 1
+                self.busy[self.next_key] = (start, end)
+                return self.next_key, start
+        return None
+
+    def label(self):
+        return "%s (%s)" % (self.tag.upper(), self.name)
+
+
+class Region:
+    """A buffer at a random offset of a side's MR: a guard, `lengths` pieces with random gaps
+    between them, a guard. `pre` is what the range holds before the operation, `want` what it
+    must hold after it."""
+
+    def __init__(self, side, key, start, lengths, gaps, role):
+        self.side, self.key, self.start, self.role = side, key, start, role
+        self.pieces = []
+        pos = start + GUARD
+        for i, n in enumerate(lengths):
+            self.pieces.append((pos, n))
+            pos += n + (gaps[i] if i < len(gaps) else 0)
+        self.end = pos + GUARD
+        self.size = self.end - start
+        self.capacity = sum(lengths)
+        self.pre = self.want = None
+
+    def sges(self):
+        mr = self.side.mr
+        return [SGE(mr.buf + off, n, mr.lkey) for off, n in self.pieces]
+
+    def overlay(self, data):
+        """`pre` with `data` scattered over the pieces from their start."""
+        out = bytearray(self.pre)
+        pos = 0
+        for off, n in self.pieces:
+            k = min(n, len(data) - pos)
+            if k <= 0:
+                break
+            o = off - self.start
+            out[o:o + k] = data[pos:pos + k]
+            pos += k
+        return out
+
+    def where(self, i, msg_len):
+        """What byte `i` of the range is, in words."""
+        rel = self.start + i
+        if i < GUARD:
+            return "guard before the buffer (byte %d of %d)" % (i, GUARD)
+        pos = 0
+        for k, (off, n) in enumerate(self.pieces):
+            if off <= rel < off + n:
+                m = pos + rel - off
+                what = "message byte %d" % m if m < msg_len else "unused receive space"
+                return "SGE %d/%d byte %d (%s)" % (k + 1, len(self.pieces), rel - off, what)
+            pos += n
+            if k + 1 < len(self.pieces) and off + n <= rel < self.pieces[k + 1][0]:
+                return "gap after SGE %d (byte %d)" % (k + 1, rel - off - n)
+        return "guard after the buffer (byte %d of %d)" % (rel - (self.end - GUARD), GUARD)
+
+    def describe(self):
+        return "%s %s@0x%x/%d SGE%s" % (self.side.tag.upper(), self.role,
+                                       self.pieces[0][0], len(self.pieces),
+                                       "" if len(self.pieces) == 1 else "s")
+
+
+class RecvBuf:
+    """A posted receive WR and its buffer."""
+
+    def __init__(self, wr_id, region, op):
+        self.wr_id, self.region, self.op = wr_id, region, op
+
+
+class Op:
+    """One operation: its WR(s), buffers and what its completions must say."""
+
+    def __init__(self, n, kind, size, req, resp, qreq, qresp, seed):
+        self.n, self.kind, self.size = n, kind, size
+        self.req, self.resp, self.qreq, self.qresp = req, resp, qreq, qresp
+        # Each op draws from its own generator: a replay gets the same data and layout
+        # whatever the timing of the completions.
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.regions = []  # (Region, owned by this op)
+        self.recv = None  # the RecvBuf this op's message consumed
+        self.posted_recv = None  # the RecvBuf posted for it (RQ)
+        self.data = b""
+        self.imm = None
+        self.inv_rkey = None
+        self.expect_refusal = False
+        self.waiting = 0  # completions still to come
+        self.note = ""
+
+    def describe(self):
+        parts = ["op#%d %s %s->%s size=%d" % (self.n, self.kind, self.req.tag, self.resp.tag,
+                                             self.size)]
+        parts += [r.describe() for r, _ in self.regions]
+        rb = self.recv or self.posted_recv
+        if rb is not None:
+            parts.append(rb.region.describe())
+        if self.note:
+            parts.append(self.note)
+        return " ".join(parts)
+
+
+class Traffic:
+    """The run: both sides, the QP pairs, the operations in flight and the tally."""
+
+    def __init__(self, args, seed):
+        self.args, self.seed = args, seed
+        self.rng = random.Random(seed)
+        self.failures = 0
+        self.fatal = False
+        self.wrs = {}  # wr_id -> ("send" | "recv" | "bind", object)
+        self.next_wr = 1
+        self.outstanding = set()
+        self.rq_order = collections.defaultdict(collections.deque)
+        self.qps = []
+        self.pairs = []
+        self.counts = collections.Counter()
+        self.moved = 0
+        self.checked = 0
+        self.max_inflight = 0
+        self.inject = set(args.inject)
+        self.opno = 0
+
+    # ---- reporting ----
+
+    def fail(self, op, what):
+        self.failures += 1
+        if self.failures <= MAX_FAIL_LINES:
+            where = op.describe() if op is not None else "-"
+            print("FAIL %s seed=%d: %s" % (where, self.seed, what), flush=True)
+        elif self.failures == MAX_FAIL_LINES + 1:
+            print("FAIL ... (further failures counted, not shown)", flush=True)
+
+    def info(self, what):
+        print("traffic: " + what, flush=True)
+
+    # ---- set-up ----
+
+    def setup(self, devs, gids, ops, dirs):
+        need_mw = {"a": False, "b": False}
+        if "send_inv" in ops:
+            for d in dirs:
+                need_mw[d[2]] = True
+        self.a = Side("a", devs[0], gids[0], self.args, need_mw["a"])
+        self.b = Side("b", devs[1], gids[1], self.args, need_mw["b"])
+        mtu = self.args.mtu
+        for s in (self.a, self.b):
+            if MTUS[mtu] > s.active_mtu:
+                raise SetupError("path MTU %d is above %s's active MTU (%d): raise the netdev "
+                                 "MTU or pick a smaller --mtu" %
+                                 (mtu, s.name, [k for k, v in MTUS.items()
+                                                if v == s.active_mtu][0]))
+        for s in (self.a, self.b):
+            s.fill(self.rng)
+            gid = s.ctx.query_gid(1, s.dev.gid_index)
+            self.info("%s: %s GID %d (%s) max_sge %d (read %d, recv %d) atomics %s" %
+                      (s.tag.upper(), s.name, s.dev.gid_index, gid, s.max_sge, s.max_sge_rd,
+                       s.max_recv_sge, "yes" if s.atomics else "no"))
+        for _ in range(self.args.qps):
+            self.pairs.append(self.new_pair())
+        sges = max(s.max_sge for s in (self.a, self.b))
+        # The random bytes every buffer's contents are cut from.
+        self.pool = self.rng.randbytes(max(1 << 20, 2 * (self.big + 2 * GUARD + sges * GAP_MAX)))
+
+    def new_pair(self):
+        """Two QPs, one on each side, connected to each other."""
+        w = self.args.window
+        for attempt in range(1, 4):
+            qs = [Qp(s.dev, cqe=4 * w + 16, srq=s.srq, depth=w + 4, send_sge=s.max_sge,
+                     recv_sge=s.max_recv_sge) for s in (self.a, self.b)]
+            qa, qb = qs
+            qa.tag, qb.tag = "a", "b"
+            try:
+                qa.connect(qb, mtu=MTUS[self.args.mtu], access=ACCESS)
+                qb.connect(qa, mtu=MTUS[self.args.mtu], access=ACCESS)
+                break
+            except PyverbsError as ex:
+                # RTR resolves the peer's MAC address: on a lossy link the ARP or neighbour
+                # solicitation may go unanswered (ETIMEDOUT). Try again with new QPs.
+                for q in qs:
+                    q.close()
+                if "Errno: 110" not in str(ex) or attempt == 3:
+                    raise
+                self.info("connecting a QP pair: %s; trying again" % str(ex).strip())
+        self.qps += qs
+        return {"a": qa, "b": qb}
+
+    def close_pair(self, pair):
+        for q in pair.values():
+            self.qps.remove(q)
+            self.rq_order.pop((q.tag, q.qp.qp_num), None)
+            q.close()
+
+    # ---- memory ----
+
+    def chunk(self, rng, n):
+        off = rng.randrange(0, len(self.pool) - n + 1)
+        return self.pool[off:off + n]
+
+    def split(self, rng, total, maxn):
+        m = max(1, min(maxn, total))
+        r = rng.random()
+        k = 1 if r < 0.25 else m if r < 0.5 else rng.randint(1, m)
+        if k == 1:
+            return [total]
+        cuts = sorted(rng.sample(range(1, total), k - 1))
+        return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+    def region(self, op, side, lengths, role, fill=None, align=1, owned=True):
+        """Places a buffer of `lengths` pieces in `side`'s MR and writes its `pre` contents:
+        random bytes, with `fill` scattered over the pieces. None when the MR is full."""
+        rng = op.rng
+        gaps = [rng.randint(1, GAP_MAX) for _ in lengths[1:]]
+        size = 2 * GUARD + sum(lengths) + sum(gaps)
+        got = side.alloc(size, rng, align)
+        if got is None:
+            return None
+        key, start = got
+        r = Region(side, key, start, lengths, gaps, role)
+        r.pre = bytearray(self.chunk(rng, size))
+        if fill is not None:
+            r.pre = r.overlay(fill)
+        side.mr.write(bytes(r.pre), size, start)
+        side.shadow[start:r.end] = r.pre
+        r.want = r.pre
+        op.regions.append((r, owned))
+        return r
+
+    def release(self, op):
+        for r, owned in op.regions:
+            if owned:
+                del r.side.busy[r.key]
+        op.regions = [(r, o) for r, o in op.regions if not o]
+        if op.recv is not None:
+            del op.recv.region.side.busy[op.recv.region.key]
+
+    def verify(self, op, r, what, msg_len):
+        """Compares a buffer with what it must hold; the model takes what is there."""
+        side = r.side
+        got = side.mr.read(r.size, r.start)
+        self.checked += r.size
+        if got != r.want:
+            i, count = first_diff(got, r.want)
+            extra = ""
+            if op.kind in ATOMIC_OPS and r.role in ("target", "result"):
+                off = r.pieces[0][0] - r.start
+                extra = " (as u64: got 0x%016x, want 0x%016x)" % (
+                    u64(got[off:off + 8]), u64(r.want[off:off + 8]))
+            self.fail(op, "%s: %s, first bad byte at MR offset 0x%x, %s: got 0x%02x, want 0x%02x;"
+                      " %d %s%s" %
+                      (side.label(), what, r.start + i, r.where(i, msg_len), got[i], r.want[i],
+                       count, "byte differs" if count == 1 else "bytes differ", extra))
+        side.shadow[r.start:r.end] = got
+
+    # ---- posting ----
+
+    def wr_id(self, kind, obj):
+        w = self.next_wr
+        self.next_wr += 1
+        self.wrs[w] = (kind, obj)
+        return w
+
+    def new_op(self, kind, size, d, pair=None):
+        self.opno += 1
+        req, resp = (self.a, self.b) if d == "a2b" else (self.b, self.a)
+        if pair is None:
+            pair = self.pairs[self.rng.randrange(len(self.pairs))]
+        return Op(self.opno, kind, size, req, resp, pair[req.tag], pair[resp.tag],
+                  self.seed * 1000003 + self.opno)
+
+    def post_recv(self, op):
+        """A receive WR on the responder's RQ (or SRQ) for `op`; False when the MR is full."""
+        resp, rng = op.resp, op.rng
+        if self.args.srq:
+            cap, fill = self.srq_cap, None
+        elif op.kind == "write_imm":
+            cap, fill = rng.randint(1, SLACK_MAX), None
+        else:
+            slack = 0 if rng.random() < 0.4 else rng.randint(1, SLACK_MAX)
+            cap, fill = op.size + slack, op.data.translate(COMPLEMENT)
+        r = self.region(op, resp, self.split(rng, cap, resp.max_recv_sge), "recv", fill,
+                        owned=False)
+        if r is None:
+            return False
+        op.regions.pop()  # the buffer belongs to whichever message lands in it
+        rb = RecvBuf(None, r, None if self.args.srq else op)
+        rb.wr_id = self.wr_id("recv", rb)
+        wr = RecvWR(wr_id=rb.wr_id, num_sge=len(r.pieces), sg=r.sges())
+        (resp.srq or op.qresp.qp).post_recv(wr)
+        op.posted_recv = rb
+        return True
+
+    def build(self, op, rkey=None, target=None):
+        """Buffers and the send WR of `op`; None when the MR is full (nothing posted)."""
+        k, rng, req, resp = op.kind, op.rng, op.req, op.resp
+        wr = None
+        if k in ATOMIC_OPS:
+            old = rng.getrandbits(64)
+            if k == "fetch_add":
+                cmp_add, swap = rng.getrandbits(64), 0
+                new = (old + cmp_add) & MASK64
+            else:
+                swap = rng.getrandbits(64)
+                if rng.random() < 0.5:
+                    cmp_add, new = old, swap
+                    op.note = "compare=old"
+                else:
+                    cmp_add, new = old ^ (rng.getrandbits(64) | 1), old
+                    op.note = "compare!=old"
+            tgt = self.region(op, resp, [8], "target", u64_bytes(old), align=8)
+            if tgt is None:
+                return None
+            tgt.want = tgt.overlay(u64_bytes(new))
+            res = self.region(op, req, [8], "result", u64_bytes(old).translate(COMPLEMENT))
+            if res is None:
+                return None
+            res.want = res.overlay(u64_bytes(old))
+            op.data = u64_bytes(old)
+            wr = SendWR(opcode=WR_OPCODE[k], num_sge=1, sg=res.sges(),
+                        send_flags=e.IBV_SEND_SIGNALED)
+            wr.set_wr_atomic(resp.mr.rkey, resp.mr.buf + tgt.pieces[0][0], cmp_add, swap)
+            return wr
+        op.data = data = self.chunk(rng, op.size)
+        if k == "read":
+            src = self.region(op, resp, [op.size], "source", data)
+            if src is None:
+                return None
+            dst = self.region(op, req, self.split(rng, op.size, req.max_sge_rd), "local",
+                              data.translate(COMPLEMENT))
+            if dst is None:
+                return None
+            dst.want = dst.overlay(data)
+            wr = SendWR(opcode=WR_OPCODE[k], num_sge=len(dst.pieces), sg=dst.sges(),
+                        send_flags=e.IBV_SEND_SIGNALED)
+            wr.set_wr_rdma(resp.mr.rkey, resp.mr.buf + src.pieces[0][0])
+            return wr
+        src = self.region(op, req, self.split(rng, op.size, req.max_sge), "local", data)
+        if src is None:
+            return None
+        if k in ("write", "write_imm"):
+            if target is None:
+                target = self.region(op, resp, [op.size], "target",
+                                     data.translate(COMPLEMENT))
+                if target is None:
+                    return None
+            if op.expect_refusal:
+                target.want = target.pre
+            else:
+                target.want = target.overlay(data)
+        if k in RECV_OPS and not self.post_recv(op):
+            return None
+        if k in ("send_imm", "write_imm"):
+            op.imm = rng.getrandbits(32)
+        imm = op.inv_rkey if k == "send_inv" else op.imm
+        wr = SendWR(opcode=WR_OPCODE[k], num_sge=len(src.pieces), sg=src.sges(),
+                    send_flags=e.IBV_SEND_SIGNALED, imm_data=imm or 0)
+        if target is not None:
+            wr.set_wr_rdma(rkey if rkey is not None else resp.mr.rkey,
+                           resp.mr.buf + target.pieces[0][0])
+        return wr
+
+    def post(self, op, **kw):
+        """Builds and posts `op`; False when the MR has no room for it now."""
+        try:
+            wr = self.build(op, **kw)
+        except PyverbsError as ex:
+            self.fail(op, "posting the receive failed: %s" % ex)
+            self.fatal = True
+            return True
+        if wr is None:
+            # No room: undo, and start over from the same random state next time.
+            for r, owned in op.regions:
+                if owned:
+                    del r.side.busy[r.key]
+            op.regions = [(r, o) for r, o in op.regions if not o]
+            op.rng = random.Random(op.seed)
+            op.note = ""
+            return False
+        wr.wr_id = self.wr_id("send", op)
+        op.waiting = 2 if op.kind in RECV_OPS else 1
+        if op.kind in RECV_OPS:
+            self.rq_order[(op.resp.tag, op.qresp.qp.qp_num)].append(op)
+        try:
+            op.qreq.qp.post_send(wr)
+        except PyverbsError as ex:
+            self.fail(op, "ibv_post_send failed: %s" % ex)
+            self.fatal = True
+            return True
+        self.outstanding.add(op)
+        self.max_inflight = max(self.max_inflight, len(self.outstanding))
+        return True
+
+    # ---- completions ----
+
+    def poll(self):
+        n = 0
+        for q in list(self.qps):
+            got, wcs = q.cq.poll(64)
+            for wc in wcs:
+                self.on_wc(q, wc)
+            n += got
+        return n
+
+    def on_wc(self, q, wc):
+        ent = self.wrs.pop(wc.wr_id, None)
+        if ent is None:
+            self.fail(None, "%s: completion for unknown wr_id %d (status %s, opcode %d)" %
+                      (q.dev.ctx.name, wc.wr_id, status_name(wc.status), wc.opcode))
+            return
+        kind, obj = ent
+        if kind == "send":
+            self.on_send_wc(obj, q, wc)
+        elif kind == "recv":
+            self.on_recv_wc(obj, q, wc)
+        else:
+            obj.append(wc)
+
+    def on_send_wc(self, op, q, wc):
+        if wc.qp_num != op.qreq.qp.qp_num or q is not op.qreq:
+            self.fail(op, "send completion qp_num %d, want %d" % (wc.qp_num, op.qreq.qp.qp_num))
+        if op.expect_refusal:
+            if wc.status not in REFUSED:
+                self.fail(op, "the Write through an invalidated R_Key completed with status %s,"
+                          " want REM_ACCESS_ERR or REM_INV_REQ_ERR" % status_name(wc.status))
+            self.step(op)
+            return
+        if wc.status != e.IBV_WC_SUCCESS:
+            if not (self.fatal and wc.status == e.IBV_WC_WR_FLUSH_ERR):
+                self.fail(op, "send completion status %s (vendor_err 0x%x)" %
+                          (status_name(wc.status), wc.vendor_err))
+            self.fatal = True
+            self.step(op)
+            return
+        if wc.opcode != WC_OPCODE[op.kind]:
+            self.fail(op, "send completion opcode %d, want %d" % (wc.opcode, WC_OPCODE[op.kind]))
+        want_len = 8 if op.kind in ATOMIC_OPS else op.size if op.kind == "read" else None
+        # byte_len of a send completion is defined for Reads and atomics only.
+        if want_len is not None and wc.byte_len != want_len:
+            self.fail(op, "send completion byte_len %d, want %d" % (wc.byte_len, want_len))
+        self.step(op)
+
+    def on_recv_wc(self, rb, q, wc):
+        side = rb.region.side
+        order = self.rq_order[(side.tag, wc.qp_num)]
+        if not order:
+            self.fail(None, "%s: receive completion (wr_id %d, qp_num %d, status %s) with no "
+                      "message outstanding on that QP" %
+                      (side.label(), wc.wr_id, wc.qp_num, status_name(wc.status)))
+            del side.busy[rb.region.key]
+            return
+        op = order.popleft()
+        if rb.op is not None and rb.op is not op:
+            self.fail(op, "the receive completed was wr_id %d (posted for op#%d), want wr_id %d"
+                      ": receive WRs consumed out of order" %
+                      (wc.wr_id, rb.op.n, op.posted_recv.wr_id))
+        op.recv = rb
+        if wc.qp_num != op.qresp.qp.qp_num or q is not op.qresp:
+            self.fail(op, "receive completion qp_num %d on the CQ of QP %d, want %d" %
+                      (wc.qp_num, q.qp.qp_num, op.qresp.qp.qp_num))
+        if wc.status != e.IBV_WC_SUCCESS:
+            if not (self.fatal and wc.status == e.IBV_WC_WR_FLUSH_ERR):
+                self.fail(op, "receive completion status %s (vendor_err 0x%x)" %
+                          (status_name(wc.status), wc.vendor_err))
+            self.fatal = True
+            self.step(op)
+            return
+        byte_len, imm = wc.byte_len, wc.imm_data
+        if "byte_len" in self.inject:
+            self.inject.discard("byte_len")
+            self.info("injecting a wrong byte_len into op#%d's receive completion" % op.n)
+            byte_len += 1
+        want_op = e.IBV_WC_RECV_RDMA_WITH_IMM if op.kind == "write_imm" else e.IBV_WC_RECV
+        if wc.opcode != want_op:
+            self.fail(op, "receive completion opcode %d, want %d" % (wc.opcode, want_op))
+        if byte_len != op.size:
+            self.fail(op, "receive completion byte_len %d, want %d" % (byte_len, op.size))
+        flags = wc.wc_flags
+        if bool(flags & e.IBV_WC_WITH_IMM) != (op.imm is not None):
+            self.fail(op, "receive completion wc_flags 0x%x: WITH_IMM %s" %
+                      (flags, "missing" if op.imm is not None else "set"))
+        if op.kind == "send_inv" and not flags & WC_INV_ANY:
+            self.fail(op, "receive completion wc_flags 0x%x: no WITH_INV (0x%x, or the kernel's "
+                      "0x4 from an rxe-ABI provider)" % (flags, e.IBV_WC_WITH_INV))
+        if op.kind != "send_inv" and flags & e.IBV_WC_WITH_INV:
+            self.fail(op, "receive completion wc_flags 0x%x: WITH_INV set" % flags)
+        if op.imm is not None:
+            if "imm" in self.inject:
+                self.inject.discard("imm")
+                self.info("injecting a wrong immediate into op#%d's receive completion" % op.n)
+                imm ^= 0x80
+            if imm != op.imm:
+                self.fail(op, "receive completion imm_data 0x%08x, want 0x%08x" % (imm, op.imm))
+        if op.kind == "send_inv" and imm != op.inv_rkey:
+            self.fail(op, "receive completion invalidated R_Key 0x%08x, want 0x%08x" %
+                      (imm, op.inv_rkey))
+        r = rb.region
+        r.want = r.overlay(op.data) if op.kind in SEND_OPS else r.pre
+        if op.kind in SEND_OPS and op.size > r.capacity:
+            self.fail(op, "a %d-byte message completed into a %d-byte receive buffer" %
+                      (op.size, r.capacity))
+        self.step(op)
+
+    def step(self, op):
+        op.waiting -= 1
+        if op.waiting > 0:
+            return
+        self.outstanding.discard(op)
+        if self.fatal:
+            return
+        self.finish(op)
+
+    def finish(self, op):
+        """Both completions are in: every buffer of the operation must hold what it should."""
+        self.counts["refused" if op.expect_refusal else op.kind] += 1
+        if not op.expect_refusal:
+            self.moved += op.size
+        regions = [r for r, _ in op.regions]
+        if op.recv is not None:
+            regions.append(op.recv.region)
+        if "data" in self.inject or "canary" in self.inject or "old" in self.inject:
+            self.injected(op, regions)
+        for r in regions:
+            if r.role in ("local", "source") and r.want is r.pre:
+                what = "source buffer changed"
+            elif r.role == "result":
+                what = "returned original value"
+            elif r.role == "target" and op.kind in ATOMIC_OPS:
+                what = "atomic target after the operation"
+            elif op.expect_refusal and r.role == "target":
+                what = "memory behind the invalidated R_Key changed"
+            else:
+                what = "%s buffer" % r.role
+            self.verify(op, r, what, op.size)
+        self.release(op)
+
+    def injected(self, op, regions):
+        """--inject: corrupts what the checks are about to read, to show they catch it."""
+        for r in regions:
+            dst = r.want is not r.pre
+            if "old" in self.inject and r.role == "result":
+                kind, off = "old", r.pieces[0][0]
+            elif "data" in self.inject and dst and r.role != "result":
+                kind, off = "data", r.pieces[0][0]
+            elif "canary" in self.inject and dst:
+                kind, off = "canary", r.start
+            else:
+                continue
+            self.inject.discard(kind)
+            self.info("injecting: flipping MR byte 0x%x (%s) of op#%d before the check" %
+                      (off, kind, op.n))
+            b = r.side.mr.read(1, off)
+            r.side.mr.write(bytes([b[0] ^ 0x10]), 1, off)
+            return
+
+    def drive(self, todo):
+        """Posts `todo` (list of Ops yet unposted) keeping up to --window in flight, and
+        processes completions until all are done or something failed for good."""
+        todo = collections.deque(todo)
+        last = time.monotonic()
+        idle = 0
+        while (todo and not self.fatal) or self.outstanding:
+            while todo and not self.fatal and len(self.outstanding) < self.args.window:
+                if not self.post(todo[0]):
+                    if not self.outstanding:
+                        raise SetupError("op#%d does not fit the MRs (--mr-size)" % todo[0].n)
+                    break
+                todo.popleft()
+            if self.poll():
+                last = time.monotonic()
+                idle = 0
+                continue
+            quiet = time.monotonic() - last
+            limit = 2.0 if self.fatal else self.args.timeout
+            if quiet > limit:
+                if not self.fatal:
+                    for op in sorted(self.outstanding, key=lambda o: o.n)[:5]:
+                        self.fail(op, "no completion for %.0f s (%d operations outstanding)" %
+                                  (quiet, len(self.outstanding)))
+                    self.fatal = True
+                break
+            idle += 1
+            time.sleep(0.0002 if idle < 100 else 0.002)
+
+    # ---- Send with Invalidate ----
+
+    def wait_wc(self, box, what, op):
+        """The first completion `on_wc` put in `box`, or None after --timeout."""
+        end = time.monotonic() + self.args.timeout
+        while not box and time.monotonic() < end:
+            if not self.poll():
+                time.sleep(0.001)
+        if not box:
+            self.fail(op, "%s: no completion" % what)
+            self.fatal = True
+            return None
+        return box[0]
+
+    def run_inv(self, specs):
+        """Send with Invalidate, one at a time on a fresh QP pair each: bind a type 2 MW of the
+        responder, Write through it, Send with Invalidate naming it, Write through it again
+        (must be refused), and drop the pair (the refusal leaves it in the error state)."""
+        for size, d in specs:
+            if self.fatal:
+                return
+            pair = self.new_pair()
+            try:
+                self.one_inv(size, d, pair)
+            finally:
+                self.close_pair(pair)
+
+    def one_inv(self, size, d, pair):
+        """One Send with Invalidate on `pair` (see `run_inv`)."""
+        bind = self.new_op("write", size, d, pair)
+        resp = bind.resp
+        mwr = self.region(bind, resp, [size], "target", None, owned=False)
+        if mwr is None:
+            raise SetupError("the memory window does not fit %s's MR" % resp.name)
+        # A new window each time: pyverbs cannot tell a window its R_Key changed on a bind, and
+        # a second bind would name the stale one.
+        mw = MW(resp.pd, e.IBV_MW_TYPE_2)
+        try:
+            self.inv_steps(bind, mwr, mw, pair)
+        finally:
+            del resp.busy[mwr.key]
+            mw.close()
+
+    def inv_steps(self, bind, mwr, mw, pair):
+        resp, size, d = bind.resp, bind.size, "a2b" if bind.req is self.a else "b2a"
+        box = []
+        wr = SendWR(wr_id=self.wr_id("bind", box), opcode=e.IBV_WR_BIND_MW,
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_bind_wr(mw, MWBindInfo(resp.mr, resp.mr.buf + mwr.pieces[0][0], size,
+                                      e.IBV_ACCESS_REMOTE_WRITE))
+        rkey = wr.rkey
+        bind.note = "MW rkey 0x%08x" % rkey
+        try:
+            bind.qresp.qp.post_send(wr)
+        except PyverbsError as ex:
+            self.fail(bind, "posting the type 2 MW bind failed: %s" % ex)
+            self.fatal = True
+            return
+        wc = self.wait_wc(box, "MW bind", bind)
+        if wc is None:
+            return
+        if wc.status != e.IBV_WC_SUCCESS or wc.opcode != e.IBV_WC_BIND_MW:
+            self.fail(bind, "MW bind completion status %s opcode %d" %
+                      (status_name(wc.status), wc.opcode))
+            self.fatal = True
+            return
+        # The window works: a Write through it lands.
+        bind.regions = [(mwr, False)]
+        if not self.post(bind, rkey=rkey, target=mwr):
+            raise SetupError("op#%d does not fit the MRs (--mr-size)" % bind.n)
+        self.drive([])
+        if self.fatal:
+            return
+        inv = self.new_op("send_inv", size, d, pair)
+        inv.inv_rkey = rkey
+        inv.note = "invalidates 0x%08x" % rkey
+        self.drive([inv])
+        if self.fatal:
+            return
+        # Gone: the same Write is refused and leaves the window's memory as it was.
+        probe = self.new_op("write", size, d, pair)
+        probe.expect_refusal = True
+        probe.note = "through invalidated rkey 0x%08x" % rkey
+        mwr.pre = mwr.want = bytearray(resp.shadow[mwr.start:mwr.end])
+        probe.regions = [(mwr, False)]
+        if not self.post(probe, rkey=rkey, target=mwr):
+            raise SetupError("op#%d does not fit the MRs (--mr-size)" % probe.n)
+        self.drive([])
+
+    # ---- the run ----
+
+    def plan(self, ops, sizes, dirs):
+        main, inv = [], []
+        r = self.rng
+        for _ in range(self.args.iters):
+            for d in dirs:
+                for k in ops:
+                    for s in sizes:
+                        size = 8 if k in ATOMIC_OPS else s
+                        (inv if k == "send_inv" else main).append((k, size, d))
+                for _ in range(self.args.random):
+                    k = r.choice(ops)
+                    size = 8 if k in ATOMIC_OPS else \
+                        max(1, int(round(2 ** r.uniform(0, max(sizes).bit_length()))))
+                    size = min(size, max(sizes))
+                    (inv if k == "send_inv" else main).append((k, size, d))
+        r.shuffle(main)
+        return main, inv
+
+    def run(self, devs, gids, ops, sizes, dirs):
+        main, inv = self.plan(ops, sizes, dirs)
+        recv_sizes = [s for k, s, _ in main + inv if k in SEND_OPS]
+        self.srq_cap = (max(recv_sizes) if recv_sizes else 1) + SLACK_MAX
+        self.big = max([s for _, s, _ in main + inv] + [self.srq_cap])
+        self.setup(devs, gids, ops, dirs)
+        self.info("path MTU %d, ops %s, sizes %s, dir %s, window %d, %d QP pair%s%s, "
+                  "MR %d MiB, %d operations" %
+                  (self.args.mtu, ",".join(ops), ",".join(str(s) for s in sizes),
+                   "+".join(dirs), self.args.window, self.args.qps,
+                   "" if self.args.qps == 1 else "s", ", receives on an SRQ" if self.args.srq
+                   else "", self.args.mr_size >> 20, len(main) + len(inv)))
+        t0 = time.monotonic()
+        self.drive([self.new_op(k, s, d) for k, s, d in main])
+        if inv and not self.fatal:
+            self.run_inv([(s, d) for _, s, d in inv])
+        if not self.fatal:
+            for s in (self.a, self.b):
+                self.whole(s)
+        else:
+            self.info("a completion failed: the QPs are in the error state, stopped there")
+        self.wall = time.monotonic() - t0
+        if self.inject:
+            raise SetupError("--inject %s: no operation to inject into" % ",".join(self.inject))
+
+    def whole(self, s):
+        """The whole MR against the model: nothing wrote where no operation was aimed."""
+        step = 4 << 20
+        bad = 0
+        for off in range(0, s.size, step):
+            n = min(step, s.size - off)
+            got = s.mr.read(n, off)
+            self.checked += n
+            if got != s.shadow[off:off + n]:
+                i, count = first_diff(got, s.shadow[off:off + n])
+                bad += count
+                if bad == count:
+                    self.fail(None, "%s: the MR changed where no operation wrote, first at "
+                              "offset 0x%x: got 0x%02x, want 0x%02x" %
+                              (s.label(), off + i, got[i], s.shadow[off + i]))
+        if bad:
+            self.fail(None, "%s: %d bytes of the MR changed outside every operation's buffers"
+                      % (s.label(), bad))
+
+
+def main():
+    p = argparse.ArgumentParser(
+        prog="traffic.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="RC traffic between two RDMA devices with every byte, canary and "
+        "completion checked.", epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("dev_a", metavar="DEV_A", help="first device (side A)")
+    p.add_argument("dev_b", metavar="DEV_B", help="second device (side B)")
+    p.add_argument("--gid-a", metavar="IDX|ADDR", help="A's port-1 GID: an index, or an IP "
+                   "address whose RoCE v2 GID to use (default: the first IPv4 RoCE v2 GID)")
+    p.add_argument("--gid-b", metavar="IDX|ADDR", help="the same for B")
+    p.add_argument("--ops", default="auto",
+                   help="comma-separated from %s; 'all'; or 'auto' (default): every op the "
+                   "responders support" % ",".join(OPS))
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help="message sizes, comma-separated (default %(default)s); atomics are "
+                   "always 8 bytes")
+    p.add_argument("--iters", type=int, default=1,
+                   help="how many times each op runs with each size, per direction")
+    p.add_argument("--random", type=int, default=0, metavar="N",
+                   help="N more ops per iteration and direction, random op and size")
+    p.add_argument("--mtu", type=int, default=1024, choices=sorted(MTUS), help="path MTU")
+    p.add_argument("--dir", default="both", choices=("a2b", "b2a", "both"),
+                   help="who is the requester: A (a2b), B (b2a) or both, interleaved")
+    p.add_argument("--window", type=int, default=16, help="operations in flight (default 16)")
+    p.add_argument("--qps", type=int, default=1, help="QP pairs to spread the ops over")
+    p.add_argument("--srq", action="store_true",
+                   help="the responders' receives go to a shared receive queue")
+    p.add_argument("--max-sge", type=int, default=0,
+                   help="at most this many SGEs per WR (default: the device maximum)")
+    p.add_argument("--mr-size", type=parse_bytes, default=64 << 20, metavar="SIZE",
+                   help="each side's MR (default 64M)")
+    p.add_argument("--seed", type=int, help="replay the run of this seed")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds without any completion before giving up (default 60)")
+    p.add_argument("--inject", default="", metavar="KINDS",
+                   help="self-test: corrupt what the checks read, once per kind (%s); the run "
+                   "must then fail" % ",".join(INJECT_KINDS))
+    args = p.parse_args()
+    args.inject = [k for k in args.inject.split(",") if k]
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print("traffic: seed %d (replay with --seed %d)" % (seed, seed), flush=True)
+    t = Traffic(args, seed)
+    try:
+        for k in args.inject:
+            if k not in INJECT_KINDS:
+                raise SetupError("--inject: unknown kind %r" % k)
+        if args.window < 1 or args.qps < 1 or args.iters < 0 or args.random < 0:
+            raise SetupError("--window and --qps must be at least 1")
+        sizes = sorted(set(parse_size(s, args.mtu) for s in args.sizes.split(",") if s))
+        if not sizes:
+            raise SetupError("--sizes is empty")
+        dirs = ["a2b", "b2a"] if args.dir == "both" else [args.dir]
+        gids = (gid_index(args.dev_a, args.gid_a), gid_index(args.dev_b, args.gid_b))
+        ops = select_ops(args, dirs)
+        t.run((args.dev_a, args.dev_b), gids, ops, sizes, dirs)
+    except SetupError as ex:
+        print("traffic: ERROR: %s" % ex, flush=True)
+        sys.exit(2)
+    except PyverbsError as ex:
+        print("traffic: ERROR: %s" % ex, flush=True)
+        sys.exit(2)
+    counts = ", ".join("%s %d" % (k, t.counts[k]) for k in OPS + ("refused",) if t.counts[k])
+    verdict = "PASS" if t.failures == 0 else "FAIL"
+    print("traffic: %s: %d operations (%s), %.1f MiB moved, %.1f MiB checked, up to %d in "
+          "flight, %d failure%s, seed %d, %.1f s" %
+          (verdict, sum(t.counts.values()), counts or "none", t.moved / 2**20,
+           t.checked / 2**20, t.max_inflight, t.failures, "" if t.failures == 1 else "s", seed,
+           t.wall), flush=True)
+    sys.exit(0 if t.failures == 0 else 1)
+
+
+def select_ops(args, dirs):
+    """The ops to run; 'auto' leaves out what a responder cannot do (and says so)."""
+    names = {"a2b": args.dev_b, "b2a": args.dev_a}
+    want = args.ops.split(",") if args.ops not in ("auto", "all") else list(OPS)
+    for k in want:
+        if k not in OPS:
+            raise SetupError("--ops: unknown op %r (%s)" % (k, ",".join(OPS)))
+    missing = {}
+    if "send_inv" in want:
+        for d in dirs:
+            why = mw_type2(names[d])
+            if why:
+                missing["send_inv"] = "%s: %s" % (names[d], why)
+    if any(k in want for k in ATOMIC_OPS):
+        for d in dirs:
+            ctx = Context(name=names[d])
+            try:
+                if ctx.query_device().atomic_caps == e.IBV_ATOMIC_NONE:
+                    for k in ATOMIC_OPS:
+                        missing[k] = "%s has no atomics" % names[d]
+            finally:
+                ctx.close()
+    for k, why in missing.items():
+        if k not in want:
+            continue
+        if args.ops != "auto":
+            raise SetupError("%s cannot run: %s" % (k, why))
+        print("traffic: %s left out: %s" % (k, why), flush=True)
+        want.remove(k)
+    if not want:
+        raise SetupError("no op to run")
+    return want
+
+
+if __name__ == "__main__":
+    main()
