@@ -1,29 +1,121 @@
 #!/usr/bin/env bash
-# Faults: tc netem on both veth ends (5% loss, 1% duplication, 25% reordering with 1 ms delay).
-# ibv_rc_pingpong -c and ib_write_bw still complete with data intact, and the retry counters of
-# `rdma statistic` show the recoveries (retransmissions, sequence NAKs, duplicates).
+# Faults on the wire, rvr0 <-> rvr1: tc netem on both veth ends drops 5% of the packets,
+# duplicates 1%, corrupts 1% (one flipped bit) and reorders 25% (1 ms delay for the rest).
+#
+# traffic.py runs twice, both directions at once, every op: first through the 1 ms delay alone
+# (the baseline), then through all the faults. Every byte must arrive intact (a corrupted
+# packet must be dropped, by the IPv4 or UDP checksum or by rvrdma's ICRC check, never reach
+# memory) and every completion must be as it should be. The counters must show the faults met
+# and recovered from: retransmissions, PSN sequence NAKs sent and received and duplicate
+# requests each more than 4x + 100 what the same traffic gave through the delay alone (the
+# delay alone gives some: a few thousand retransmissions and tens of NAKs per run under TCG,
+# up to 2.8x apart from run to run; the faults give 6x to 25x), and packets dropped for a bad
+# ICRC: none without corruption, some with it (UDP over IPv4 carries no checksum here, so the
+# ICRC is what catches a flipped payload bit). Then perftest's ib_write_bw as a smoke test
+# through the same faults (it checks no data).
 . "$(dirname "$0")/lib.sh"
 
-ktap_print_header
-ktap_set_plan 4
-dut_setup 1
-pair_up
+OPS=send,send_imm,write,write_imm,read,fetch_add,cmp_swap
+BASE=(delay 1ms)
+FAULTS=(loss 5% duplicate 1% corrupt 1% delay 1ms reorder 25% 50%)
+TRAFFIC=(--ops "$OPS" --sizes "1,mtu-1,mtu,mtu+1,3*mtu+7,65536,256K" --iters 2)
+GROW=(retransmitted_pkts seq_naks_sent rcvd_seq_err duplicate_request)
+COUNTERS=("${GROW[@]}" icrc_errors)
 
-netem() {
-	in_a tc qdisc add dev veth0 root netem loss 5% duplicate 1% delay 1ms reorder 25% 50% &&
-		in_b tc qdisc add dev veth1 root netem loss 5% duplicate 1% delay 1ms reorder 25% 50%
+main() {
+	ktap_print_header
+	ktap_set_plan $((6 + ${#GROW[@]}))
+	dut_setup 1
+	pair_up
+
+	local c d
+	check "tc netem ${BASE[*]} on both veth ends (the baseline)" netem add "${BASE[@]}"
+	snap S0
+	traffic_check "traffic.py through the delay alone, every op both ways: data and completions intact" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 "${TRAFFIC[@]}"
+	snap S1
+	check "tc netem ${FAULTS[*]} on both veth ends" netem change "${FAULTS[@]}"
+	TRAFFIC_TIMEOUT=270 traffic_check "traffic.py through the faults, every op both ways: data and completions intact" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 "${TRAFFIC[@]}"
+	snap S2
+	for c in "${COUNTERS[@]}"; do
+		diag "$c (both devices): baseline +$((S1[$c] - S0[$c])), faults +$((S2[$c] - S1[$c]))"
+	done
+	for d in "${DUT}0" "${DUT}1"; do
+		diag "$d: $(rdma statistic show link "$d/1" | tr ' ' '\n' | paste - - |
+			grep -E 'retrans|retry|seq|dup|timeout|icrc|malformed|dropped' | tr '\t\n' '= ')"
+	done
+	for d in "$NS_A" "$NS_B"; do
+		diag "$d: $(snmp_drops "$d")"
+	done
+	check "loss made the requesters retransmit (retransmitted_pkts)" grew retransmitted_pkts
+	check "gaps made the responders send PSN sequence NAKs (seq_naks_sent)" grew seq_naks_sent
+	check "the requesters got those NAKs (rcvd_seq_err)" grew rcvd_seq_err
+	check "duplicates reached the responders (duplicate_request)" grew duplicate_request
+	check "ICRC drops: none without corruption, some with it (icrc_errors)" icrc_only_corrupt
+
+	PP_TIMEOUT=200 check "smoke: ib_write_bw 64 KiB x 200 completes through the faults" \
+		pf_run ib_write_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 200 -s 65536
+	ktap_finished
 }
-check "tc netem loss 5% duplicate 1% reorder 25% on both veth ends" netem
 
-before=$(( $(link_stat "${DUT}0" retransmitted_pkts) + $(link_stat "${DUT}1" retransmitted_pkts) ))
-PP_TIMEOUT=400 check "ibv_rc_pingpong -c 64 KiB x 30 through the faults" \
-	pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -s 65536 -n 30
-PP_TIMEOUT=400 check "ib_write_bw 64 KiB x 200 through the faults" \
-	pf_run ib_write_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 200 -s 65536
-after=$(( $(link_stat "${DUT}0" retransmitted_pkts) + $(link_stat "${DUT}1" retransmitted_pkts) ))
-diag "retransmitted_pkts: $before -> $after"
-for d in "${DUT}0" "${DUT}1"; do
-	diag "$d: $(rdma statistic show link "$d/1" | tr ' ' '\n' | paste - - | grep -E 'retrans|retry|seq|dup|timeout' | tr '\n' ' ')"
-done
-check "the retry counters show the recoveries (retransmitted_pkts grew)" test "$after" -gt "$before"
-ktap_finished
+# ---- helpers of this script ----------------------------------------------------------------------
+
+declare -A S0 S1 S2
+
+# netem add|change ARGS...: the same netem qdisc on both veth ends.
+netem() {
+	local op=$1
+	shift
+	in_a tc qdisc "$op" dev veth0 root netem "$@" && in_b tc qdisc "$op" dev veth1 root netem "$@"
+}
+
+# snap NAME: the COUNTERS of both devices, added up, into the associative array NAME.
+snap() {
+	local -n to=$1
+	local c a b
+	for c in "${COUNTERS[@]}"; do
+		# An absent counter reads 0: the checks on it then fail.
+		a=$(link_stat "${DUT}0" "$c")
+		b=$(link_stat "${DUT}1" "$c")
+		to[$c]=$((${a:-0} + ${b:-0}))
+	done
+}
+
+# grew NAME: counter NAME rose through the faults by more than 4x + 100 what it rose without them.
+grew() {
+	local base=$((S1[$1] - S0[$1])) faults=$((S2[$1] - S1[$1]))
+	echo "$1: +$base without the faults, +$faults with them (must be > $((4 * base + 100)))"
+	[ "$faults" -gt $((4 * base + 100)) ]
+}
+
+icrc_only_corrupt() {
+	local base=$((S1[icrc_errors] - S0[icrc_errors])) faults=$((S2[icrc_errors] - S1[icrc_errors]))
+	echo "icrc_errors: +$base without the faults, +$faults with them"
+	[ "$base" -eq 0 ] && [ "$faults" -gt 0 ]
+}
+
+# snmp_drops NS: the kernel's IPv4/UDP drop counters in netns NS (corruption that hit a header).
+snmp_drops() {
+	ip netns exec "$1" awk '
+		$1 == "Ip:" && !ip { for (i = 2; i <= NF; i++) h[i] = $i; ip = 1; next }
+		$1 == "Ip:" { for (i = 2; i <= NF; i++) if (h[i] ~ /InHdrErrors|InCsumErrors|InDiscards/) printf "Ip %s=%s ", h[i], $i }
+		$1 == "Udp:" && !udp { for (i = 2; i <= NF; i++) u[i] = $i; udp = 1; next }
+		$1 == "Udp:" { for (i = 2; i <= NF; i++) if (u[i] ~ /InErrors|InCsumErrors|NoPorts/) printf "Udp %s=%s ", u[i], $i }
+	' /proc/net/snmp
+}
+
+# traffic_check DESC DEV_A DEV_B [ARGS...]: one test point: tests/vm/traffic.py, run in the
+# initial netns (it opens both devices). Its summary and wall time are shown either way, all its
+# output when it fails.
+traffic_check() {
+	local desc=$1 out rc t0=$SECONDS
+	shift
+	out=$(timeout "${TRAFFIC_TIMEOUT:-240}" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" 2>&1)
+	rc=$?
+	diag "traffic.py $*"
+	diag "$(tail -n 1 <<<"$out") [wall $((SECONDS - t0)) s]"
+	result "$desc" "$rc" "$out"
+}
+
+main "$@"
