@@ -29,7 +29,7 @@ use crate::ib::{
 };
 use crate::net::skb::SkbQueue;
 use crate::net::udp_tunnel::{self, TunnelRef};
-use crate::rvcore::apm::PathMatch;
+use crate::rvcore::apm::{PathInfo, PathMatch};
 use crate::rvcore::events::{Completion, CqKind, Timer, WcOpcode, WcStatus};
 use crate::rvcore::qp::{Qp, QpAttrs, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
@@ -294,12 +294,15 @@ impl QpShared {
     /// Looks up the routes of the primary and alternate paths that have none (process context,
     /// no lock held).
     fn refresh_routes(&self) {
-        let (paths, missing) = {
+        let a = self.inner.lock().core.query();
+        self.look_up_routes([a.path, a.alt_path]);
+    }
+
+    /// Looks up the routes of `paths` that have none (process context, no lock held).
+    fn look_up_routes(&self, paths: [PathInfo; 2]) {
+        let missing = {
             let g = self.inner.lock();
-            let a = g.core.query();
-            let paths = [a.path, a.alt_path];
-            let missing = paths.map(|p| !transport::has_route(&g.routes, &p));
-            (paths, missing)
+            paths.map(|p| !transport::has_route(&g.routes, &p))
         };
         let found = transport::lookup_routes(
             self,
@@ -839,13 +842,13 @@ impl QpVerbs for RvrDevice {
             qp.inner.lock().dmac[dmac_slot(p.port_num)] = p.dmac;
         }
         let _ = dev;
+        // Routes first: the transition may send at once (the unsolicited ACK that announces
+        // the initial credits on entering RTR), and nothing under the QP lock may look one up.
+        if m.mask & (b::ib_qp_attr_mask_IB_QP_AV | b::ib_qp_attr_mask_IB_QP_ALT_PATH) != 0 {
+            qp.look_up_routes([a.path, a.alt_path]);
+        }
         let mut res = Ok(());
         qp.drive(Entry::Modify(&a, mask, &mut res));
-        if res.is_ok()
-            && m.mask & (b::ib_qp_attr_mask_IB_QP_AV | b::ib_qp_attr_mask_IB_QP_ALT_PATH) != 0
-        {
-            qp.refresh_routes();
-        }
         res
     }
 
