@@ -61,19 +61,6 @@ main() {
 
 pp_iters() { if [ "$1" -ge 1048576 ]; then echo 4; elif [ "$1" -ge 65536 ]; then echo 10; else echo 50; fi; }
 
-# traffic_check DESC DEV_A DEV_B [ARGS...]: one test point: tests/vm/traffic.py, run in the
-# initial netns (it opens both devices). Its summary and wall time are shown either way, all its
-# output when it fails.
-traffic_check() {
-	local desc=$1 out rc t0=$SECONDS
-	shift
-	out=$(timeout "${TRAFFIC_TIMEOUT:-240}" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" 2>&1)
-	rc=$?
-	diag "traffic.py $*"
-	diag "$(tail -n 1 <<<"$out") [wall $((SECONDS - t0)) s]"
-	result "$desc" "$rc" "$out"
-}
-
 # traffic_selftest DEV_A DEV_B [ARGS...]: traffic.py --inject with all five kinds must fail with
 # exactly one FAIL line per injected fault, and no other.
 traffic_selftest() {

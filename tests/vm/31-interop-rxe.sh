@@ -48,19 +48,4 @@ main() {
 	ktap_finished
 }
 
-# ---- helpers of this script ----------------------------------------------------------------------
-
-# traffic_check DESC DEV_A DEV_B [ARGS...]: one test point: tests/vm/traffic.py, run in the
-# initial netns (it opens both devices). Its summary and wall time are shown either way, all its
-# output when it fails.
-traffic_check() {
-	local desc=$1 out rc t0=$SECONDS
-	shift
-	out=$(timeout "${TRAFFIC_TIMEOUT:-240}" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" 2>&1)
-	rc=$?
-	diag "traffic.py $*"
-	diag "$(tail -n 1 <<<"$out") [wall $((SECONDS - t0)) s]"
-	result "$desc" "$rc" "$out"
-}
-
 main "$@"
