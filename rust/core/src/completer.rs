@@ -6,7 +6,9 @@
 use crate::events::{Completion, CqKind, Outputs, Timer, WcOpcode, WcStatus};
 use crate::memory::Memory;
 use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
-use crate::requester::{local_ack_timeout_ns, SqLogic, SqOutcome, TxCtx};
+use crate::requester::{
+    local_ack_timeout_ns, SqLogic, SqOutcome, TxCtx, CWND_AFTER_TIMEOUT, CWND_MIN, MAX_UNACKED_PSNS,
+};
 use crate::wire::{aeth::rnr_timer_ns, Headers, NakCode, Operation, Syndrome, Transport};
 use crate::wqe::{SendFlags, SendOpcode, SendSlot};
 
@@ -86,7 +88,15 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
 
     fn set_una(&mut self, u: Psn) {
         if u.is_after(self.una) && !u.is_after(self.high_psn) {
+            let acked = u.distance_from(self.una);
+            self.cwnd = self.cwnd.saturating_add(acked).min(MAX_UNACKED_PSNS);
             self.una = u;
+            // A go-back-N pass held back by the window may now be behind `una`: resume at
+            // `una` rather than resend what the peer has.
+            if self.next_psn.is_before(u) && !self.rewind(u) {
+                // Every started message is complete: go on with new ones.
+                self.next_psn = self.high_psn;
+            }
             self.retry_psn = None;
             self.reload_retries();
         }
@@ -148,6 +158,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         if self.retry_psn == Some(p) && (implied || !self.retry_resent) {
             return SqOutcome::Ok;
         }
+        self.cwnd = (self.cwnd / 2).max(CWND_MIN);
         self.retry_from(p)
     }
 
@@ -449,6 +460,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     return SqOutcome::Ok;
                 }
                 self.counters.timeouts = self.counters.timeouts.wrapping_add(1);
+                self.cwnd = CWND_AFTER_TIMEOUT;
                 let una = self.una;
                 self.retry_from(una)
             }

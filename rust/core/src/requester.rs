@@ -33,6 +33,13 @@ pub enum PostError {
 /// nothing is outstanding.
 pub const MAX_UNACKED_PSNS: u32 = 128;
 
+/// The send window after a transport timeout, in PSNs: the retry probes the path with one
+/// packet and the window grows again with each acknowledged PSN (see `SqLogic::cwnd`).
+pub const CWND_AFTER_TIMEOUT: u32 = 1;
+
+/// The smallest send window a sequence NAK halves it to.
+pub const CWND_MIN: u32 = 4;
+
 /// Per-connection values the SQ Logic uses when transmitting.
 #[derive(Clone, Copy, Debug)]
 pub struct TxCtx<'a> {
@@ -177,6 +184,13 @@ pub struct SqLogic<S> {
     pub(crate) rto_deadline: Option<u64>,
     /// Started and not yet completed RDMA Reads/atomics.
     pub(crate) rd_atomic_out: u32,
+    /// The send window: PSNs at or after `una` that may be in flight, new or retransmitted
+    /// (at most [`MAX_UNACKED_PSNS`]). A timeout shrinks it to [`CWND_AFTER_TIMEOUT`] and a
+    /// sequence NAK halves it; every acknowledged PSN widens it by one. Go-back-N resends the
+    /// whole window after a loss: on a path that is slow rather than lossy (a busy host, a
+    /// deep queue) a full-window burst per timeout only adds to the queue the ACKs wait in,
+    /// and every burst costs another timeout.
+    pub(crate) cwnd: u32,
     /// Configuration.
     pub(crate) cfg: SqConfig,
     /// Counters.
@@ -249,6 +263,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             rnr_until: None,
             rto_deadline: None,
             rd_atomic_out: 0,
+            cwnd: MAX_UNACKED_PSNS,
             cfg: SqConfig::default(),
             counters: SqCounters::default(),
             frozen: false,
@@ -276,6 +291,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.rnr_until = None;
         self.rto_deadline = None;
         self.rd_atomic_out = 0;
+        self.cwnd = MAX_UNACKED_PSNS;
         self.retry_psn = None;
         self.retry_resent = false;
         self.frozen = false;
@@ -505,12 +521,10 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 continue;
             }
             let is_new_psn = self.next_psn == self.high_psn;
-            // Keep at most MAX_UNACKED_PSNS unacknowledged: a lost packet then costs a bounded
-            // go-back-N retransmission, and the peer's ACKs keep pace with the timer.
-            if is_new_psn
-                && self.una != self.high_psn
-                && self.high_psn.distance_from(self.una) >= MAX_UNACKED_PSNS
-            {
+            // Keep at most `cwnd` PSNs in flight, new or resent: a lost packet then costs a
+            // bounded go-back-N retransmission, and the peer's ACKs keep pace with the timer.
+            // The packet at `una` may always go.
+            if self.next_psn != self.una && self.next_psn.distance_from(self.una) >= self.cwnd {
                 break;
             }
             let mut no_credit = false;
@@ -764,7 +778,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     h.bth.ack_req = true;
                     wqe_done_sending = true;
                 }
-                if k % ACK_REQ_EVERY == ACK_REQ_EVERY - 1 {
+                // Ask for an ACK every ACK_REQ_EVERY packets, and on the packet that fills the
+                // window: the responder coalesces ACKs, and a window that waits for one it
+                // never asked for would wait for the transport timer.
+                if k % ACK_REQ_EVERY == ACK_REQ_EVERY - 1
+                    || psn.next().distance_from(self.una) >= self.cwnd
+                {
                     h.bth.ack_req = true;
                 }
                 // Seed 003: without credit only the first packet of a Send goes (AckReq set)

@@ -3057,3 +3057,84 @@ fn seed000_peer_requested_migration_reloads_the_retry_count() {
             && *port == 2
             && h.bth.mig_req));
 }
+
+// ---- the send window -----------------------------------------------------------------------
+
+/// The PSNs of a batch of packets.
+fn psns(p: &[(Headers, Vec<u8>, u8)]) -> Vec<u32> {
+    p.iter().map(|(h, _, _)| h.bth.psn.value()).collect()
+}
+
+/// After a transport timeout the requester resends one packet, which asks for an ACK, and
+/// each acknowledged PSN widens the window by one; the packet that fills the window always
+/// asks for an ACK (the responder coalesces them). A sequence NAK halves the window.
+#[test]
+fn requester_window_closes_on_timeout_and_reopens_with_acks() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 60 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(
+        d.take(0).len(),
+        60,
+        "a fresh window sends the whole message"
+    );
+    // Everything was lost.
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(psns(&p), [PSN_A], "one packet after a timeout");
+    assert!(p[0].0.bth.ack_req);
+    let mut acked = PSN_A;
+    for want in [2u32, 4, 8, 16] {
+        d.deliver(
+            0,
+            &ack_pkt(acked, Aeth::ack(0, CREDIT_CODE_INVALID)),
+            &[],
+            1,
+        );
+        d.progress(0);
+        let p = d.take(0);
+        let expect: Vec<u32> = (acked + 1..=acked + want).collect();
+        assert_eq!(psns(&p), expect, "the window doubles per round");
+        assert!(
+            p.last().is_some_and(|(h, _, _)| h.bth.ack_req),
+            "the last asks for an ACK"
+        );
+        acked += want;
+    }
+    // The peer NAKs the last packet (it acknowledges the ones before it): the window was
+    // 1 + 30 acknowledged PSNs = 31 and halves to 15; the pass restarts at the NAK's PSN.
+    let nak = ack_pkt(acked, Aeth::nak(0, NakCode::PsnSequenceError));
+    d.deliver(0, &nak, &[], 1);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(psns(&p), (acked..acked + 15).collect::<Vec<_>>());
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 1);
+}
+
+/// An ACK that overtakes a window-limited go-back-N pass moves the pass to the first PSN the
+/// peer lacks: what it already has is not sent again.
+#[test]
+fn requester_window_pass_resumes_at_the_acknowledged_psn() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 40 * MTU))
+        .expect("post");
+    d.progress(0);
+    d.take(0);
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    assert_eq!(psns(&d.take(0)), [PSN_A]);
+    // The originals were only late: the peer acknowledges 30 of them at once.
+    d.deliver(
+        0,
+        &ack_pkt(PSN_A + 29, Aeth::ack(0, CREDIT_CODE_INVALID)),
+        &[],
+        1,
+    );
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(psns(&p), (PSN_A + 30..PSN_A + 40).collect::<Vec<_>>());
+}

@@ -36,6 +36,9 @@ const BASE_SPARE: u64 = 0x7_0000_0000;
 
 const BUF: usize = 2 << 20;
 const RSRC_LEN: usize = 64 * 1024;
+/// Memory regions of a bulk run (messages up to 1 MiB).
+const BULK_BUF: usize = 16 << 20;
+const BULK_RSRC_LEN: usize = 1 << 20;
 const ATOM_SLOTS: usize = 512;
 
 /// Which kind of run.
@@ -67,7 +70,27 @@ pub struct Config {
     pub recv_lazy: u64,
     pub psn0: [u32; 2],
     pub max_rd_atomic: u8,
+    /// The network is a bounded FIFO bottleneck per direction, like `tc netem` on a veth:
+    /// [`Bottleneck`]. Jitter and base delay are then unused.
+    pub bottleneck: Option<Bottleneck>,
+    /// Local ACK Timeout exponent of both QPs.
+    pub timeout: u8,
     pub trace: bool,
+}
+
+/// A queue each packet waits in, then a fixed delay that some packets skip (netem's
+/// `delay D reorder P`): bulk traffic that outruns it fills the queue and then loses packets,
+/// so ACKs wait behind retransmissions.
+#[derive(Clone, Copy, Debug)]
+pub struct Bottleneck {
+    /// Time to transmit one packet (ns).
+    pub per_packet: u64,
+    /// Packets the queue holds; more are dropped.
+    pub limit: u64,
+    /// Delay after the queue (ns).
+    pub delay: u64,
+    /// Per mille of packets that skip the delay (and so overtake the ones before them).
+    pub reorder: u64,
 }
 
 impl Config {
@@ -133,7 +156,48 @@ impl Config {
                 (psn_base + r.below(30) as u32) & 0xFF_FFFF,
             ],
             max_rd_atomic: 1 + r.below(4) as u8,
+            bottleneck: None,
+            timeout: 8, // ~1 ms
             trace: false,
+        }
+    }
+
+    /// A bulk run through a netem-like bottleneck, the mix of guest test 32 (5% loss, 1%
+    /// duplication, 25% reordering, 1 ms delay) with messages up to `max_len` and the local
+    /// ACK timeout of `ibv_rc_pingpong` (14, 67 ms).
+    pub fn bulk(seed: u64, max_len: u32) -> Config {
+        let mut c = Config::random(seed);
+        c.scenario = Scenario::Lossy;
+        c.loss = 50;
+        c.dup = 10;
+        c.mtu_enum = 3;
+        c.max_len = max_len;
+        c.sq_depth = 16;
+        c.rq_depth = 16;
+        c.n_wrs = [20, 20];
+        c.bottleneck = Some(Bottleneck {
+            per_packet: 10_000,
+            limit: 1000,
+            delay: 1_000_000,
+            reorder: 250,
+        });
+        c.timeout = 14;
+        c
+    }
+
+    fn buf(&self) -> usize {
+        if self.max_len as usize > BUF / 16 {
+            BULK_BUF
+        } else {
+            BUF
+        }
+    }
+
+    fn rsrc_len(&self) -> usize {
+        if self.max_len as usize > RSRC_LEN {
+            BULK_RSRC_LEN
+        } else {
+            RSRC_LEN
         }
     }
 }
@@ -219,6 +283,8 @@ struct InFlight {
 }
 
 pub struct Sim {
+    /// When each direction's bottleneck queue empties (see [`Bottleneck`]).
+    pub queue_free: [u64; 2],
     pub cfg: Config,
     pub nodes: [Node; 2],
     pub rng: Rng,
@@ -288,16 +354,17 @@ impl Sim {
         let mtu = 128u32 << cfg.mtu_enum;
         let mk_node = |i: usize, rng: &mut Rng| -> Node {
             let mem = SimMem::default();
-            mem.add_mr(KEY_SRC, BASE_SRC, BUF, 0);
-            mem.add_mr(KEY_RECV, BASE_RECV, BUF, ACCESS_LOCAL_WRITE);
+            let (buf, rsrc_len) = (cfg.buf(), cfg.rsrc_len());
+            mem.add_mr(KEY_SRC, BASE_SRC, buf, 0);
+            mem.add_mr(KEY_RECV, BASE_RECV, buf, ACCESS_LOCAL_WRITE);
             mem.add_mr(
                 KEY_WTGT,
                 BASE_WTGT,
-                BUF,
+                buf,
                 ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
             );
-            mem.add_mr(KEY_RSRC, BASE_RSRC, RSRC_LEN, ACCESS_REMOTE_READ);
-            mem.add_mr(KEY_RDST, BASE_RDST, BUF, ACCESS_LOCAL_WRITE);
+            mem.add_mr(KEY_RSRC, BASE_RSRC, rsrc_len, ACCESS_REMOTE_READ);
+            mem.add_mr(KEY_RDST, BASE_RDST, buf, ACCESS_LOCAL_WRITE);
             mem.add_mr(KEY_ATOM, BASE_ATOM, ATOM_SLOTS * 8, ACCESS_REMOTE_ATOMIC);
             mem.add_mr(KEY_SPARE, BASE_SPARE, 4096, ACCESS_LOCAL_WRITE);
             {
@@ -342,6 +409,7 @@ impl Sim {
         let n0 = mk_node(0, &mut rng);
         let n1 = mk_node(1, &mut rng);
         let mut sim = Sim {
+            queue_free: [0; 2],
             nodes: [n0, n1],
             rng,
             now: 0,
@@ -495,8 +563,9 @@ impl Sim {
                     plan.data = data;
                 }
                 SendOpcode::RdmaRead => {
-                    let len = len.min(RSRC_LEN as u32);
-                    let off = r.below((RSRC_LEN as u32 - len) as u64 + 1);
+                    let rsrc_len = self.cfg.rsrc_len() as u32;
+                    let len = len.min(rsrc_len);
+                    let off = r.below((rsrc_len - len) as u64 + 1);
                     plan.wr.remote_addr = BASE_RSRC + off;
                     plan.wr.rkey = KEY_RSRC;
                     let dst = BASE_RDST + rdst_off;
@@ -598,7 +667,7 @@ impl Sim {
             }
             n.qp.modify(0, &a, m, &mut n.out).expect("to RTR");
             a.qp_state = QpState::Rts;
-            a.timeout = 8; // ~1 ms
+            a.timeout = self.cfg.timeout;
             a.retry_cnt = if armed || self.cfg.scenario == Scenario::PathDeathUnarmed {
                 5
             } else {
@@ -712,7 +781,20 @@ impl Sim {
                 }
                 let copies = if self.rng.chance(self.cfg.dup) { 2 } else { 1 };
                 for _ in 0..copies {
-                    let at = self.now + self.cfg.base_delay + self.rng.below(self.cfg.jitter + 1);
+                    let mut at =
+                        self.now + self.cfg.base_delay + self.rng.below(self.cfg.jitter + 1);
+                    if let Some(b) = self.cfg.bottleneck {
+                        let free = &mut self.queue_free[i];
+                        if *free > self.now + b.per_packet * b.limit {
+                            self.log(|| "  (queue full)".to_string());
+                            continue;
+                        }
+                        *free = (*free).max(self.now) + b.per_packet;
+                        at = *free;
+                        if !self.rng.chance(b.reorder) {
+                            at += b.delay;
+                        }
+                    }
                     self.seq += 1;
                     self.flights.insert(
                         (at, self.seq),
@@ -750,7 +832,12 @@ impl Sim {
         let limit_ns = 30_000_000_000u64;
         loop {
             self.steps += 1;
-            if self.steps > 400_000 {
+            let max_steps = if self.cfg.bottleneck.is_some() {
+                20_000_000
+            } else {
+                400_000
+            };
+            if self.steps > max_steps {
                 return Err("step limit".into());
             }
             self.maybe_kill_path();
