@@ -14,6 +14,10 @@ RVRDMA_KSERIES=7.2
 if [ "$RVRDMA_DEBUG" = 1 ]; then
 	RVRDMA_VARIANT=debug
 	RVRDMA_LLVM=-19 # KASAN with Rust needs a clang-built kernel
+	# KASAN, lockdep and kmemleak under TCG run 5 to 20 times slower: longer waits and limits
+	# (each still overridable).
+	: "${RVRDMA_WAIT:=120}" "${RVRDMA_TEST_TIMEOUT:=1500}" "${RVRDMA_GUEST_TIMEOUT:=14400}"
+	export RVRDMA_WAIT RVRDMA_TEST_TIMEOUT RVRDMA_GUEST_TIMEOUT
 else
 	RVRDMA_VARIANT=release
 	RVRDMA_LLVM=
