@@ -15,7 +15,9 @@ top=${RVRDMA_TOP:-$(cd "$here/../.." && pwd)}
 # shellcheck source=tests/vm/klog.sh
 . "$here/klog.sh"
 results=${RVRDMA_RESULTS:-/tmp/rvrdma-results}
-per_test_timeout=${RVRDMA_TEST_TIMEOUT:-300}
+# Each test's timeout: kselftest's settings file (RVRDMA_TEST_TIMEOUT overrides it).
+per_test_timeout=${RVRDMA_TEST_TIMEOUT:-$(sed -n 's/^timeout=//p' "$here/settings" 2>/dev/null)}
+per_test_timeout=${per_test_timeout:-300}
 mkdir -p "$results"
 
 pass=0 fail=0 skip=0 n=0
@@ -96,7 +98,7 @@ count_ktap() {
 }
 
 echo "TAP version 13"
-echo "1..$((${#tests[@]} + 3))"
+echo "1..$((${#tests[@]} + 4))"
 echo "# kernel $(uname -r), link type ${RVRDMA_LINK_TYPE:-rvrdma}, results in $results"
 for t in "${tests[@]}"; do
 	n=$((n + 1))
@@ -170,6 +172,25 @@ for t in "${tests[@]}"; do
 		timings+=("$name ok $secs")
 	fi
 done
+
+# ---- the kselftest path ------------------------------------------------------------------------
+# `make -C tests/vm run_tests` (the kernel's lib.mk and kselftest runner, timeout from ./settings)
+# runs the collection as any selftest: run the first listed test through it.
+n=$((n + 1))
+first=${listed[0]:-}
+w0=$EPOCHREALTIME
+ksft_out=$(make -s --no-print-directory -C "$here" run_tests TEST_PROGS="$first" 2>&1)
+ksft_rc=$?
+echo "$ksft_out" >"$results/kselftest.log"
+if [ -n "$first" ] && [ "$ksft_rc" -eq 0 ] &&
+	grep -qE "^ok 1 selftests: .*: $first( # SKIP.*)?\$" <<<"$ksft_out"; then
+	echo "ok $n make -C tests/vm run_tests (kselftest's runner) runs $first # $(seconds_since "$w0")s"
+	pass=$((pass + 1))
+else
+	tail -20 <<<"$ksft_out" | diag_lines
+	echo "not ok $n make -C tests/vm run_tests (kselftest's runner) runs ${first:-the first test} (exit $ksft_rc)"
+	fail=$((fail + 1))
+fi
 
 # ---- TEST_PROGS and the scripts on disk agree --------------------------------------------------
 n=$((n + 1))
