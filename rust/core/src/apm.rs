@@ -705,7 +705,7 @@ mod tests {
     #[test]
     fn seed000_step5_migration_on_exhaustion_then_new_timeout() {
         // The retry count itself is the SQ logic's: the Qp reloads it on every `Migration`
-        // (tests/sim/rules.rs, seed000_*migrat*).
+        // (tests/sim/rules/apm.rs, seed000_*migrat*).
         let mut a = armed();
         let RetryExhausted::Migrated(m) = a.on_retry_exhausted() else {
             panic!()

@@ -77,8 +77,13 @@ impl<'a> Input<'a> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Memory: a few MRs as byte arrays; every access is checked first and touches nothing on
-// failure. Contract breaches by the engine are recorded as violations.
+// Memory: a few MRs in the simulation's memory model; every access is checked first and touches
+// nothing on failure. Contract breaches by the engine are recorded as violations.
+
+#[path = "../../tests/sim/mem.rs"]
+#[allow(dead_code)] // the simulation's helpers this target does not need
+mod sim_mem;
+use sim_mem::{MemInner, Mr};
 
 const KEY_RECV: u32 = 0x100; // receive buffers (local write)
 const KEY_TGT: u32 = 0x200; // remote write/read/atomic target
@@ -107,31 +112,17 @@ const MRS: [(u32, u64, usize, u32); 8] = [
     (KEY_SPARE, 0x8_0000, 256, ACCESS_LOCAL_WRITE),
 ];
 
-struct Mr {
-    key: u32,
-    base: u64,
-    bytes: Vec<u8>,
-    access: u32,
-    valid: bool,
-}
-
+/// The fuzz target's memory: the simulation's MR model (`tests/sim/mem.rs`: keys, bounds,
+/// access rights, validity; every access checked first) plus a record of what the engine
+/// validated, to catch accesses beyond it.
 #[derive(Default)]
 struct FuzzMem {
-    mrs: Vec<Mr>,
+    model: MemInner,
     /// The last range validated for remote write: (rkey, va, len).
     write_window: Option<(u32, u64, u32)>,
     /// Every range validated for remote read.
     read_windows: Vec<(u32, u64, u32)>,
     violations: Vec<String>,
-}
-
-fn range_in(base: u64, size: usize, va: u64, len: u64) -> Option<std::ops::Range<usize>> {
-    let off = va.checked_sub(base)?;
-    let end = off.checked_add(len)?;
-    if end > size as u64 {
-        return None;
-    }
-    Some(off as usize..end as usize)
 }
 
 fn window_covers(w: (u32, u64, u32), rkey: u32, va: u64, len: u64) -> bool {
@@ -150,43 +141,20 @@ impl FuzzMem {
         let mut m = FuzzMem::default();
         for (key, base, len, access) in MRS {
             let bytes = (0..len).map(|i| (i as u8) ^ (key as u8)).collect();
-            m.mrs.push(Mr {
+            m.model.mrs.push(Mr {
                 key,
                 base,
                 bytes,
                 access,
                 valid: true,
+                pd: m.model.pd,
             });
         }
         m
     }
 
-    fn mr(&self, key: u32) -> Option<&Mr> {
-        self.mrs.iter().find(|m| m.key == key && m.valid)
-    }
-
     fn check(&self, key: u32, va: u64, len: u64, access: u32) -> Result<(), MemError> {
-        let m = self.mr(key).ok_or(MemError::BadKey)?;
-        if m.access & access != access {
-            return Err(MemError::NoAccess);
-        }
-        range_in(m.base, m.bytes.len(), va, len)
-            .map(|_| ())
-            .ok_or(MemError::OutOfBounds)
-    }
-
-    /// The one place bytes are written: only inside a valid MR (anything else is recorded).
-    fn write(&mut self, key: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        let Some(m) = self.mrs.iter_mut().find(|m| m.key == key && m.valid) else {
-            return Err(MemError::BadKey);
-        };
-        match range_in(m.base, m.bytes.len(), va, data.len() as u64) {
-            Some(r) => {
-                m.bytes[r].copy_from_slice(data);
-                Ok(())
-            }
-            None => Err(MemError::OutOfBounds),
-        }
+        self.model.check(key, va, len, access)
     }
 
     fn violation(&mut self, s: String) {
@@ -240,10 +208,7 @@ impl FuzzMem {
 
 impl Memory for FuzzMem {
     fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
-        for s in sges {
-            self.check(s.lkey, s.addr, u64::from(s.length), access)?;
-        }
-        Ok(())
+        self.model.check_local(sges, access)
     }
 
     fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
@@ -256,31 +221,7 @@ impl Memory for FuzzMem {
             ));
             return Err(MemError::OutOfBounds);
         }
-        let mut plan = Vec::new();
-        let mut skip = u64::from(offset);
-        let mut need = data.len() as u64;
-        for s in sges {
-            if need == 0 {
-                break;
-            }
-            let l = u64::from(s.length);
-            if skip >= l {
-                skip -= l;
-                continue;
-            }
-            let take = (l - skip).min(need);
-            let va = s.addr.checked_add(skip).ok_or(MemError::OutOfBounds)?;
-            self.check(s.lkey, va, take, ACCESS_LOCAL_WRITE)?;
-            plan.push((s.lkey, va, take as usize));
-            need -= take;
-            skip = 0;
-        }
-        let mut pos = 0usize;
-        for (k, va, take) in plan {
-            self.write(k, va, &data[pos..pos + take])?;
-            pos += take;
-        }
-        Ok(())
+        self.model.scatter(sges, offset, data, ACCESS_LOCAL_WRITE)
     }
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
@@ -306,70 +247,46 @@ impl Memory for FuzzMem {
                 self.write_window
             ));
         }
-        self.check(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
-        self.write(rkey, va, data)
+        self.model.remote_write(rkey, va, data)
     }
 
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.check(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
-        let m = self.mr(rkey).ok_or(MemError::BadKey)?;
-        let r = range_in(m.base, m.bytes.len(), va, 8).ok_or(MemError::OutOfBounds)?;
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&m.bytes[r]);
-        let old = u64::from_ne_bytes(b);
-        let new = match op {
-            AtomicOp::CmpSwap { compare, swap } => {
-                if old == compare {
-                    swap
-                } else {
-                    old
-                }
-            }
-            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
-        };
-        self.write(rkey, va, &new.to_ne_bytes())?;
-        Ok(old)
+        self.model.remote_atomic(rkey, va, op)
     }
 
     fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
         // Only MRs with remote rights have an R_Key.
-        let m = self
-            .mrs
-            .iter_mut()
-            .find(|m| m.key == rkey && m.valid && m.access & ALL_REMOTE != 0)
-            .ok_or(MemError::BadKey)?;
-        m.valid = false;
-        Ok(())
+        let remote = self
+            .model
+            .mr(rkey)
+            .is_some_and(|m| m.access & ALL_REMOTE != 0);
+        if !remote {
+            return Err(MemError::BadKey);
+        }
+        self.model.invalidate(rkey)
     }
 
     fn local_invalidate(&mut self, key: u32) -> Result<(), MemError> {
         if key != KEY_SPARE {
             return Err(MemError::BadKey);
         }
-        let m = self
-            .mrs
-            .iter_mut()
-            .find(|m| m.key == key && m.valid)
-            .ok_or(MemError::BadKey)?;
-        m.valid = false;
-        Ok(())
+        self.model.invalidate(key)
     }
 
     fn fast_register(&mut self, p: &RegMrParams) -> Result<(), MemError> {
         if p.key != KEY_SPARE {
             return Err(MemError::OpFailed);
         }
-        let m = self
-            .mrs
-            .iter_mut()
-            .find(|m| m.key == p.key)
-            .ok_or(MemError::BadKey)?;
-        if m.valid {
-            return Err(MemError::OpFailed);
-        }
-        m.valid = true;
-        m.access = p.access & ACCESS_LOCAL_WRITE; // keep it local: its range is not tracked
-        Ok(())
+        let spare = self.model.mrs.iter().find(|m| m.key == p.key);
+        let Some(base) = spare.map(|m| m.base) else {
+            return Err(MemError::BadKey);
+        };
+        // The spare MR stays where it is (its range is not tracked) and stays local.
+        self.model.fast_register(&RegMrParams {
+            iova: base,
+            access: p.access & ACCESS_LOCAL_WRITE,
+            ..*p
+        })
     }
 }
 

@@ -6,6 +6,9 @@
 //! `index << 8 | byte`; the index finds the MR, then the key must match in full, the MR must
 //! belong to the QP's PD and be valid (else `BadKey`), grant the access (else `NoAccess`) and
 //! hold the range (else `OutOfBounds`).
+//!
+//! The fuzz target `fuzz/fuzz_targets/responder_packets.rs` includes this file too (through
+//! `#[path]`) and adds its own checks of what the engine may touch.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,6 +16,7 @@ use std::rc::Rc;
 use rvrdma_core::memory::{AtomicOp, MemError, Memory, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE};
 use rvrdma_core::wqe::{RegMrParams, Sge};
 
+/// One memory region.
 #[derive(Debug)]
 pub struct Mr {
     pub key: u32,
@@ -29,6 +33,7 @@ pub fn key_index(key: u32) -> u32 {
     key >> 8
 }
 
+/// The MRs of one QP's PD (and of other PDs, which it must not reach).
 #[derive(Debug, Default)]
 pub struct MemInner {
     pub mrs: Vec<Mr>,
@@ -45,7 +50,7 @@ pub struct SimMem(pub Rc<RefCell<MemInner>>);
 impl MemInner {
     /// The MR `key` names for this QP: found by index, then the whole key, the PD and the
     /// state must match (the driver's `RvrMr::check`).
-    fn mr(&self, key: u32) -> Option<&Mr> {
+    pub fn mr(&self, key: u32) -> Option<&Mr> {
         let pd = self.pd;
         self.mrs
             .iter()
@@ -70,6 +75,7 @@ impl MemInner {
         Ok(off as usize..end as usize)
     }
 
+    /// Checks that `key` names an MR granting `access` that holds `va..va + len`.
     pub fn check(&self, key: u32, va: u64, len: u64, access: u32) -> Result<(), MemError> {
         let m = self.mr(key).ok_or(MemError::BadKey)?;
         if m.access & access != access {
@@ -78,12 +84,14 @@ impl MemInner {
         Self::range(m, va, len).map(|_| ())
     }
 
+    /// The bytes at `va..va + len` of the MR `key` names (no access check).
     pub fn read(&self, key: u32, va: u64, len: u64) -> Result<Vec<u8>, MemError> {
         let m = self.mr(key).ok_or(MemError::BadKey)?;
         let r = Self::range(m, va, len)?;
         Ok(m.bytes[r].to_vec())
     }
 
+    /// Writes `data` at `va` into the MR `key` names (no access check).
     pub fn write(&mut self, key: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
         let m = self.mr_mut(key).ok_or(MemError::BadKey)?;
         let r = Self::range(m, va, data.len() as u64)?;
@@ -117,17 +125,26 @@ impl MemInner {
     }
 }
 
-impl Memory for SimMem {
-    fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
-        let m = self.0.borrow();
+// The `Memory` operations themselves, on the MRs: `SimMem` delegates to them, and the fuzz
+// target `responder_packets` wraps them with its contract checks.
+impl MemInner {
+    /// [`Memory::check_local`]: every SGE lies in an MR granting `access`.
+    pub fn check_local(&self, sges: &[Sge], access: u32) -> Result<(), MemError> {
         for s in sges {
-            m.check(s.lkey, s.addr, s.length as u64, access)?;
+            self.check(s.lkey, s.addr, s.length as u64, access)?;
         }
         Ok(())
     }
 
-    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
-        let mut m = self.0.borrow_mut();
+    /// [`Memory::scatter`], each touched SGE checked for `access` first: nothing is written
+    /// unless every piece fits. The fuzz target asks for local write, the simulation for none.
+    pub fn scatter(
+        &mut self,
+        sges: &[Sge],
+        offset: u32,
+        data: &[u8],
+        access: u32,
+    ) -> Result<(), MemError> {
         // Check everything first.
         let mut skip = offset as u64;
         let mut need = data.len() as u64;
@@ -142,8 +159,10 @@ impl Memory for SimMem {
                 continue;
             }
             let take = (l - skip).min(need);
-            m.check(s.lkey, s.addr + skip, take, 0)?;
-            plan.push((s.lkey, s.addr + skip, take));
+            // A bogus SGE (the fuzz target posts them) must fail the check, not overflow.
+            let va = s.addr.checked_add(skip).ok_or(MemError::OutOfBounds)?;
+            self.check(s.lkey, va, take, access)?;
+            plan.push((s.lkey, va, take));
             need -= take;
             skip = 0;
         }
@@ -152,26 +171,22 @@ impl Memory for SimMem {
         }
         let mut pos = 0usize;
         for (k, va, take) in plan {
-            m.write(k, va, &data[pos..pos + take as usize])?;
+            self.write(k, va, &data[pos..pos + take as usize])?;
             pos += take as usize;
         }
         Ok(())
     }
 
-    fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
-        self.0.borrow().check(rkey, va, len as u64, access)
+    /// [`Memory::remote_write`]: the range must grant remote write.
+    pub fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        self.check(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
+        self.write(rkey, va, data)
     }
 
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        let mut m = self.0.borrow_mut();
-        m.check(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
-        m.write(rkey, va, data)
-    }
-
-    fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let mut m = self.0.borrow_mut();
-        m.check(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
-        let b = m.read(rkey, va, 8)?;
+    /// [`Memory::remote_atomic`] on the 8 bytes at `va`, counted in `atomics_executed`.
+    pub fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        self.check(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let b = self.read(rkey, va, 8)?;
         let old = u64::from_ne_bytes(b.try_into().map_err(|_| MemError::OutOfBounds)?);
         let new = match op {
             AtomicOp::CmpSwap { compare, swap } => {
@@ -183,26 +198,24 @@ impl Memory for SimMem {
             }
             AtomicOp::FetchAdd { add } => old.wrapping_add(add),
         };
-        m.write(rkey, va, &new.to_ne_bytes())?;
-        m.atomics_executed += 1;
+        self.write(rkey, va, &new.to_ne_bytes())?;
+        self.atomics_executed += 1;
         Ok(old)
     }
 
-    fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
-        let mut m = self.0.borrow_mut();
-        let mr = m.mr_mut(rkey).ok_or(MemError::BadKey)?;
+    /// Invalidates the MR `key` names ([`Memory::invalidate_remote`] and
+    /// [`Memory::local_invalidate`]).
+    pub fn invalidate(&mut self, key: u32) -> Result<(), MemError> {
+        let mr = self.mr_mut(key).ok_or(MemError::BadKey)?;
         mr.valid = false;
         Ok(())
     }
 
-    fn local_invalidate(&mut self, key: u32) -> Result<(), MemError> {
-        self.invalidate_remote(key)
-    }
-
-    fn fast_register(&mut self, p: &RegMrParams) -> Result<(), MemError> {
-        let mut m = self.0.borrow_mut();
-        let pd = m.pd;
-        if let Some(mr) = m
+    /// [`Memory::fast_register`]: revalidates the invalid MR with the key's index (of this PD),
+    /// or adds a new one.
+    pub fn fast_register(&mut self, p: &RegMrParams) -> Result<(), MemError> {
+        let pd = self.pd;
+        if let Some(mr) = self
             .mrs
             .iter_mut()
             .find(|x| key_index(x.key) == key_index(p.key))
@@ -216,7 +229,7 @@ impl Memory for SimMem {
             mr.access = p.access;
             return Ok(());
         }
-        m.mrs.push(Mr {
+        self.mrs.push(Mr {
             key: p.key,
             base: p.iova,
             bytes: vec![0; p.length as usize],
@@ -225,6 +238,40 @@ impl Memory for SimMem {
             pd,
         });
         Ok(())
+    }
+}
+
+impl Memory for SimMem {
+    fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
+        self.0.borrow().check_local(sges, access)
+    }
+
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
+        self.0.borrow_mut().scatter(sges, offset, data, 0)
+    }
+
+    fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
+        self.0.borrow().check(rkey, va, len as u64, access)
+    }
+
+    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        self.0.borrow_mut().remote_write(rkey, va, data)
+    }
+
+    fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        self.0.borrow_mut().remote_atomic(rkey, va, op)
+    }
+
+    fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.0.borrow_mut().invalidate(rkey)
+    }
+
+    fn local_invalidate(&mut self, key: u32) -> Result<(), MemError> {
+        self.invalidate_remote(key)
+    }
+
+    fn fast_register(&mut self, p: &RegMrParams) -> Result<(), MemError> {
+        self.0.borrow_mut().fast_register(p)
     }
 }
 

@@ -1,0 +1,255 @@
+//! RQ Logic (the "responder"): ePSN and duplicate detection, MSN, the end-to-end credit count
+//! (seed 003), receive WQEs, RDMA Write/Read and atomic execution through
+//! [`Memory`](crate::memory::Memory), the responder resources that replay duplicate RDMA Reads
+//! and atomics, ACK coalescing, and the error classes of Table 17-7 (seed 001): B (PSN sequence
+//! error NAK once, RNR NAK), C (invalid request / remote access NAK, QP to Error), A (malformed
+//! RQ WQE: remote operational error NAK), D (silent drop) and G (CQ overflow).
+//!
+//! Files: `recv_queue.rs` (receive WQEs and the credit count), `request.rs` (the RC request
+//! path: PSN classes, duplicates, RDMA Read and atomic requests), `send_write.rs` (Send and
+//! RDMA Write payload placement), `unreliable.rs` (UC and UD), `acks.rs` (ACKs, coalescing,
+//! credit updates), `faults.rs` (the error classes). The responder resources themselves (the
+//! saved RDMA Read/atomic requests and the ordered response stream) are in
+//! [`crate::resources`].
+
+use crate::apm::PathInfo;
+use crate::psn::Psn;
+use crate::wire::{Bth, Opcode};
+use crate::wqe::RecvSlot;
+
+mod acks;
+mod faults;
+mod recv_queue;
+mod request;
+mod send_write;
+mod unreliable;
+
+/// Bytes reserved for the GRH at the start of a UD receive buffer.
+pub const GRH_LEN: u32 = 40;
+
+pub use crate::resources::MAX_RESOURCES;
+use crate::resources::{AckItem, Resource, FREE_RES};
+
+/// The responder acknowledges at least every this many request packets (besides AckReq and
+/// message ends).
+pub const ACK_COALESCE: u32 = 8;
+
+/// Static parameters of the RQ Logic (from Create/Modify QP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RqConfig {
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Minimum RNR NAK timer code sent in RNR NAKs.
+    pub min_rnr_timer: u8,
+    /// Max outstanding inbound RDMA Reads/atomics (1..=16).
+    pub max_dest_rd_atomic: u8,
+    /// `ib_access_flags` of the QP (remote write/read/atomic enables).
+    pub access_flags: u32,
+    /// The QP takes receive WQEs from an SRQ: ACKs carry credit code 0x1F.
+    pub srq: bool,
+    /// Unreliable Connected: no ACK/NAK ever; a lost packet or any error silently drops the
+    /// message in progress and its receive WQE is reused for the next message.
+    pub uc: bool,
+    /// Unreliable Datagram: single-packet Sends checked against [`RqConfig::qkey`], a GRH
+    /// area in front of the payload, no ACKs.
+    pub ud: bool,
+    /// The QP's Q_Key (UD).
+    pub qkey: u32,
+}
+
+impl Default for RqConfig {
+    fn default() -> RqConfig {
+        RqConfig {
+            mtu: 1024,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 1,
+            access_flags: 0,
+            srq: false,
+            uc: false,
+            ud: false,
+            qkey: 0,
+        }
+    }
+}
+
+/// Counters kept by the RQ Logic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RqCounters {
+    /// Request packets received and accepted as new.
+    pub packets_received: u64,
+    /// Response packets sent (ACK, NAK, read responses, atomic ACKs).
+    pub responses_sent: u64,
+    /// Duplicate request packets.
+    pub duplicates: u64,
+    /// PSN sequence errors detected.
+    pub sequence_errors: u64,
+    /// PSN sequence error NAKs sent.
+    pub seq_naks_sent: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// Packets silently dropped (class D and invalid duplicates).
+    pub silent_drops: u64,
+    /// Unsolicited ACKs sent (credit updates).
+    pub unsolicited_acks: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InMsg {
+    Send {
+        off: u32,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        len: u32,
+        off: u32,
+    },
+}
+
+/// What the Qp must do after an RQ Logic step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RqOutcome {
+    /// Nothing special.
+    Ok,
+    /// A class A or C error: the NAK is sent and the RQ WQE in use completed with its error (or
+    /// the affiliated event raised); move the QP to Error and flush.
+    Error,
+    /// The receive CQ overflowed (class G).
+    CqOverflow,
+}
+
+/// The RQ Logic of one QP.
+#[derive(Debug)]
+pub struct RqLogic<R> {
+    pub(crate) rq: R,
+    /// Oldest receive WQE not completed.
+    pub(crate) rq_head: u64,
+    /// Next receive WQE to take for a new message (`rq_head` or `rq_head + 1`).
+    pub(crate) rq_next: u64,
+    /// Next free slot.
+    pub(crate) rq_tail: u64,
+    pub(crate) epsn: Psn,
+    pub(crate) msn: u32,
+    cur: Option<InMsg>,
+    nak_seq_sent: bool,
+    pub(crate) res: [Resource; MAX_RESOURCES],
+    pub(crate) res_tail: u64,
+    pub(crate) res_send: u64,
+    pub(crate) pending_ack: Option<AckItem>,
+    pkts_since_ack: u32,
+    peer_may_stall: bool,
+    /// Credit code of the last ACK sent.
+    announced: Option<u8>,
+    /// UC: drop Middle/Last packets until the next First/Only.
+    uc_skip: bool,
+    pub(crate) cfg: RqConfig,
+    pub(crate) counters: RqCounters,
+    pub(crate) frozen: bool,
+}
+
+/// Per-connection values the RQ Logic uses when transmitting responses.
+#[derive(Clone, Copy, Debug)]
+pub struct RxCtx<'a> {
+    /// Path to send on.
+    pub path: &'a PathInfo,
+    /// BTH:MigReq for every packet.
+    pub mig_req: bool,
+    /// Destination QP number.
+    pub dest_qp: u32,
+    /// BTH:P_Key.
+    pub pkey: u16,
+    /// Our QP number.
+    pub qpn: u32,
+    /// Source GID of the packet being processed (UD: goes into the GRH area).
+    pub src_gid: [u8; 16],
+    /// Destination GID of the packet being processed (UD).
+    pub dst_gid: [u8; 16],
+}
+
+impl RxCtx<'_> {
+    /// The BTH of a response at `psn` to this connection (RC Acknowledge; the caller changes
+    /// the opcode of read responses and atomic ACKs).
+    pub(crate) fn response_bth(&self, psn: Psn) -> Bth {
+        let mut bth = Bth::new(Opcode::RcAcknowledge, self.dest_qp, psn);
+        bth.mig_req = self.mig_req;
+        bth.pkey = self.pkey;
+        bth
+    }
+}
+
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+    /// A new RQ Logic over caller-provided storage (its length is the RQ depth).
+    pub fn new(rq: R) -> RqLogic<R> {
+        RqLogic {
+            rq,
+            rq_head: 0,
+            rq_next: 0,
+            rq_tail: 0,
+            epsn: Psn::ZERO,
+            msn: 0,
+            cur: None,
+            nak_seq_sent: false,
+            res: [FREE_RES; MAX_RESOURCES],
+            res_tail: 0,
+            res_send: 0,
+            pending_ack: None,
+            pkts_since_ack: 0,
+            peer_may_stall: false,
+            announced: None,
+            uc_skip: false,
+            cfg: RqConfig::default(),
+            counters: RqCounters::default(),
+            frozen: false,
+        }
+    }
+
+    /// Back to the state after creation (Modify QP to Reset): WQEs discarded, credits zero.
+    pub fn reset(&mut self) {
+        self.rq_head = 0;
+        self.rq_next = 0;
+        self.rq_tail = 0;
+        self.epsn = Psn::ZERO;
+        self.msn = 0;
+        self.cur = None;
+        self.nak_seq_sent = false;
+        self.res = [FREE_RES; MAX_RESOURCES];
+        self.res_tail = 0;
+        self.res_send = 0;
+        self.pending_ack = None;
+        self.pkts_since_ack = 0;
+        self.peer_may_stall = false;
+        self.announced = None;
+        self.uc_skip = false;
+        self.frozen = false;
+    }
+
+    /// Sets the expected PSN (Modify QP `rq_psn`).
+    pub fn set_epsn(&mut self, psn: u32) {
+        self.epsn = Psn::new(psn);
+    }
+
+    /// The expected PSN.
+    pub fn epsn(&self) -> u32 {
+        self.epsn.value()
+    }
+
+    /// The message sequence number.
+    pub fn msn(&self) -> u32 {
+        self.msn
+    }
+
+    /// The configuration (read).
+    pub fn config(&self) -> &RqConfig {
+        &self.cfg
+    }
+
+    /// The configuration (write).
+    pub fn config_mut(&mut self) -> &mut RqConfig {
+        &mut self.cfg
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &RqCounters {
+        &self.counters
+    }
+}

@@ -1,0 +1,119 @@
+//! The receive queue: posting receive WQEs, the credit count, taking a WQE for a new message,
+//! completing it and flushing the rest.
+
+use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
+use crate::wqe::{RecvSlot, RecvWr};
+
+use super::{RqLogic, RqOutcome, RxCtx};
+
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+    /// The credit count: receive WQEs posted and not yet taken by a message (seed 003).
+    pub fn credits(&self) -> u64 {
+        self.rq_tail.wrapping_sub(self.rq_next)
+    }
+
+    pub(crate) fn idx(&self, c: u64) -> Option<usize> {
+        crate::wqe::ring_slot(c, self.rq.len())
+    }
+
+    /// The receive WR at counter `c`.
+    pub(super) fn wqe(&self, c: u64) -> Option<RecvWr> {
+        let i = self.idx(c)?;
+        self.rq.get(i).map(|s| s.wr)
+    }
+
+    /// Number of receive WQEs posted and not completed.
+    pub fn outstanding(&self) -> u64 {
+        self.rq_tail.wrapping_sub(self.rq_head)
+    }
+
+    /// Queues a receive WR (the Qp checked the state).
+    pub fn post(&mut self, wr: &RecvWr) -> Result<(), crate::requester::PostError> {
+        if self.outstanding() >= self.rq.len() as u64 {
+            return Err(crate::requester::PostError::QueueFull);
+        }
+        let t = self.rq_tail;
+        let i = self.idx(t).ok_or(crate::requester::PostError::QueueFull)?;
+        if let Some(s) = self.rq.get_mut(i) {
+            s.wr = *wr;
+        }
+        self.rq_tail = t.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Takes the next receive WQE for a new message; `false` if there is none (RNR).
+    pub(super) fn take_wqe(&mut self) -> bool {
+        if self.rq_next == self.rq_tail {
+            return false;
+        }
+        self.rq_next = self.rq_next.wrapping_add(1);
+        true
+    }
+
+    /// Completes the RQ WQE in use (the message ended).
+    pub(super) fn complete_recv<O: Outputs>(
+        &mut self,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm_or_rkey: u32,
+        flags: u32,
+        ctx: &RxCtx<'_>,
+        out: &mut O,
+    ) -> RqOutcome {
+        let Some(wr) = self.wqe(self.rq_head) else {
+            return RqOutcome::Ok;
+        };
+        let wc = Completion {
+            wr_id: wr.wr_id,
+            status: WcStatus::Success,
+            opcode,
+            byte_len,
+            imm_or_rkey,
+            qp_num: ctx.qpn,
+            src_qp: ctx.dest_qp,
+            flags,
+        };
+        self.retire_rq_head(&wc, out)
+    }
+
+    /// Writes `wc`, the CQE of the RQ WQE at `rq_head`, to the receive CQ and retires that WQE;
+    /// a full CQ freezes the RQ Logic (class G).
+    pub(super) fn retire_rq_head<O: Outputs>(&mut self, wc: &Completion, out: &mut O) -> RqOutcome {
+        if out.complete(CqKind::Recv, wc).is_err() {
+            self.frozen = true;
+            return RqOutcome::CqOverflow;
+        }
+        self.rq_head = self.rq_head.wrapping_add(1);
+        RqOutcome::Ok
+    }
+
+    /// Flushes every receive WQE not completed with `IB_WC_WR_FLUSH_ERR`, oldest first.
+    pub fn flush<O: Outputs>(&mut self, qpn: u32, out: &mut O) -> RqOutcome {
+        if self.frozen {
+            return RqOutcome::CqOverflow;
+        }
+        while self.rq_head != self.rq_tail {
+            let Some(wr) = self.wqe(self.rq_head) else {
+                break;
+            };
+            let wc = Completion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm_or_rkey: 0,
+                qp_num: qpn,
+                src_qp: 0,
+                flags: 0,
+            };
+            if self.retire_rq_head(&wc, out) == RqOutcome::CqOverflow {
+                return RqOutcome::CqOverflow;
+            }
+        }
+        self.rq_next = self.rq_head;
+        self.cur = None;
+        self.res_send = self.res_tail;
+        self.pending_ack = None;
+        RqOutcome::Ok
+    }
+}

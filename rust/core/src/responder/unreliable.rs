@@ -1,0 +1,117 @@
+//! The unreliable transports: UC (a lost packet drops the message) and UD (single-packet Sends
+//! with a Q_Key check and a GRH area).
+
+use crate::events::{Completion, Outputs, WcOpcode, WcStatus, WC_WITH_IMM};
+use crate::memory::Memory;
+use crate::wire::{Headers, Operation, Position};
+use crate::wqe::RecvSlot;
+
+use super::{RqLogic, RqOutcome, RxCtx, GRH_LEN};
+
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+    /// UC (IBA 9.7.5.1.3 style): any PSN other than ePSN means packets were lost: the message
+    /// in progress is dropped and reception resumes at the next First/Only packet.
+    pub(super) fn on_uc_request<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let psn = h.bth.psn;
+        let pos = h.info().position;
+        if psn != self.epsn {
+            self.counters.sequence_errors = self.counters.sequence_errors.wrapping_add(1);
+            if self.cur.is_some() {
+                self.uc_abandon();
+            }
+            self.uc_skip = true;
+        }
+        self.epsn = psn.next();
+        if self.uc_skip {
+            if !pos.starts_message() {
+                return self.silent_drop();
+            }
+            self.uc_skip = false;
+        }
+        let r = self.on_expected(h, payload, ctx, mem, out);
+        self.epsn = psn.next();
+        r
+    }
+
+    /// UD: one Send Only (with or without immediate) per message; a wrong Q_Key, a missing
+    /// receive WQE or any other problem silently drops the datagram. The first 40 bytes of the
+    /// receive buffer get a GRH (an IPv6 header built from the packet's GIDs).
+    pub(super) fn on_ud_request<O: Outputs, M: Memory>(
+        &mut self,
+        h: &Headers,
+        payload: &[u8],
+        ctx: &RxCtx<'_>,
+        mem: &mut M,
+        out: &mut O,
+    ) -> RqOutcome {
+        let info = h.info();
+        let Some(deth) = h.deth else {
+            return self.silent_drop();
+        };
+        if info.operation != Operation::Send || info.position != Position::Only {
+            return self.silent_drop();
+        }
+        if deth.qkey != self.cfg.qkey {
+            return self.silent_drop();
+        }
+        if !self.take_wqe() {
+            return self.silent_drop();
+        }
+        let Some(wr) = self.wqe(self.rq_head) else {
+            return self.silent_drop();
+        };
+        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let total = wr.sg.total_len().unwrap_or(0);
+        let need = plen.saturating_add(GRH_LEN);
+        let mut status = WcStatus::Success;
+        if need > total {
+            status = WcStatus::LocLenErr;
+        } else {
+            let mut grh = [0u8; GRH_LEN as usize];
+            grh[0] = 0x60;
+            let pl = u16::try_from(plen).unwrap_or(u16::MAX).to_be_bytes();
+            grh[4] = pl[0];
+            grh[5] = pl[1];
+            grh[6] = 0x11;
+            grh[7] = 64;
+            for (d, s) in grh[8..24].iter_mut().zip(ctx.src_gid.iter()) {
+                *d = *s;
+            }
+            for (d, s) in grh[24..40].iter_mut().zip(ctx.dst_gid.iter()) {
+                *d = *s;
+            }
+            if mem.scatter(wr.sg.as_slice(), 0, &grh).is_err()
+                || (plen > 0 && mem.scatter(wr.sg.as_slice(), GRH_LEN, payload).is_err())
+            {
+                status = WcStatus::LocProtErr;
+            }
+        }
+        let (imm, mut flags) = match h.immdt {
+            Some(i) => (i.imm, WC_WITH_IMM),
+            None => (0, 0),
+        };
+        flags |= crate::events::WC_GRH;
+        let wc = Completion {
+            wr_id: wr.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: if status == WcStatus::Success { need } else { 0 },
+            imm_or_rkey: imm,
+            qp_num: ctx.qpn,
+            src_qp: deth.src_qp,
+            flags,
+        };
+        let r = self.retire_rq_head(&wc, out);
+        if r == RqOutcome::Ok {
+            self.counters.packets_received = self.counters.packets_received.wrapping_add(1);
+        }
+        r
+    }
+}

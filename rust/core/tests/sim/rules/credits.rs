@@ -1,0 +1,638 @@
+//! Seed 003, end-to-end credits: the RQ's credit count and how ACKs carry it, the requester
+//! limited by the LSN, credit probes, unsolicited credit updates and what happens when one is
+//! lost.
+
+use rvrdma_core::credit::{encode_credit, CreditLimit, CREDIT_CODE_INVALID};
+use rvrdma_core::events::{Timer, WcOpcode, WcStatus};
+use rvrdma_core::memory::ACCESS_LOCAL_WRITE;
+use rvrdma_core::psn::Psn;
+use rvrdma_core::qp::QpAttrs;
+use rvrdma_core::qp_state::{AttrMask, QpState};
+use rvrdma_core::requester::local_ack_timeout_ns;
+use rvrdma_core::wire::{Aeth, Bth, Headers, Opcode, Reth, Syndrome};
+use rvrdma_core::wqe::{SendFlags, SendOpcode, SendWr, SgList, Sge};
+
+use crate::sim::node::timer_index;
+
+use super::fixtures::*;
+
+// ---- seed 003: end-to-end credits ---------------------------------------------------------
+
+#[test]
+fn seed003_rq_credit_count_zero_at_reset_one_per_posted_receive() {
+    let mut d = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 0);
+    d.post_recv(1, 64).expect("post in Init");
+    d.post_recv(1, 64).expect("post in Init");
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 2);
+    let e = &mut d.e[1];
+    let a = QpAttrs {
+        qp_state: QpState::Reset,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("to Reset");
+    assert_eq!(e.qp.rq_logic().credits(), 0);
+}
+
+#[test]
+fn seed003_initial_unsolicited_ack_on_entering_rtr() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "exactly one unsolicited ACK");
+    let h = &p[0].0;
+    assert_eq!(h.bth.opcode, Opcode::RcAcknowledge);
+    assert_eq!(h.bth.psn, Psn::new(PSN_A).prev(), "PSN = ePSN - 1");
+    let a = aeth_of(h);
+    assert_eq!(a.msn, 0);
+    assert_eq!(
+        a.syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(3)
+        }
+    );
+}
+
+#[test]
+fn seed003_srq_reports_invalid_credit_code() {
+    let mut d = Duo::new(Opts {
+        srq: [false, true],
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    let p = d.take(1);
+    assert_eq!(
+        aeth_of(&p[0].0).syndrome,
+        Syndrome::Ack {
+            credit: CREDIT_CODE_INVALID
+        }
+    );
+}
+
+#[test]
+fn seed003_msn_plus_credits_gives_lsn() {
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.take(1);
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(5, 3));
+    d.deliver(0, &h, &[], 1);
+    assert_eq!(d.e[0].qp.sq_logic().credit_limit(), CreditLimit::Lsn(8));
+}
+
+/// The peer's initial unsolicited ACK is lost: the requester has heard no credit count from
+/// the responder, so it behaves as seed 003 "SQ Logic's Behavior When No Credits Are
+/// Available" says (only the first packet of a Send, with AckReq, then wait). Once the peer has
+/// reported a count, the requester holds instead (see the credit probe tests).
+fn credits_not_reported(d: &mut Duo) {
+    assert_eq!(d.take(1).len(), 1, "initial ACK (lost)");
+    d.take(0);
+}
+
+#[test]
+fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // initial ACK: 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert!(
+        d.take(0).is_empty(),
+        "nothing goes while the peer has no WQE"
+    );
+    // The responder posts a receive: its RQ Logic sends an unsolicited ACK with the credit.
+    d.post_recv(1, 4096).expect("recv");
+    assert_eq!(d.flow(1), 1, "one unsolicited ACK");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 3, "the whole message goes at once");
+    for (h, payload, port) in &p {
+        d.deliver(1, h, payload, *port);
+    }
+    let acks = d.take(1);
+    assert!(
+        acks.iter().all(|(h, _, _)| h
+            .aeth
+            .is_some_and(|a| matches!(a.syndrome, Syndrome::Ack { .. }))),
+        "no RNR NAK"
+    );
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+}
+
+#[test]
+fn seed003_no_credit_only_first_packet_with_ackreq() {
+    let mut d = Duo::new(Opts::default());
+    credits_not_reported(&mut d);
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1, "only the first packet without credit");
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendFirst);
+    assert!(p[0].0.bth.ack_req, "AckReq on the uncredited first packet");
+    // The responder has a WQE now: the first packet is accepted and ACKed, then the rest go.
+    d.post_recv(1, 4096).expect("recv");
+    d.take(1);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    d.flow(1);
+    d.progress(0);
+    let rest = d.take(0);
+    assert_eq!(rest.len(), 2, "remaining packets after the ACK");
+    assert_eq!(rest[1].0.bth.opcode, Opcode::RcSendLast);
+}
+
+#[test]
+fn seed003_write_imm_without_credit_sends_all_packets_ackreq_on_last() {
+    let mut d = Duo::new(Opts::default());
+    credits_not_reported(&mut d);
+    d.post(0, send_wr(1, SendOpcode::RdmaWriteWithImm, 3 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 3, "all WriteImm packets, then wait");
+    assert!(p[2].0.bth.ack_req);
+    assert_eq!(p[2].0.bth.opcode, Opcode::RcRdmaWriteLastWithImmediate);
+}
+
+#[test]
+fn seed003_wqes_needing_no_rq_wqe_add_one_to_lsn() {
+    // One credit (LSN = 1). WQE 1 is an RDMA Write (LSN + 1 = 2), so WQE 2, a Send, is
+    // within the LSN and goes out whole.
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 4);
+}
+
+#[test]
+fn seed003_unlimited_peer_reporting_0x1f_is_never_throttled() {
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.take(1);
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.deliver(0, &h, &[], 1);
+    for k in 0..4 {
+        d.post(0, send_wr(k, SendOpcode::Send, 2 * MTU))
+            .expect("post");
+    }
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 8);
+}
+
+#[test]
+fn seed003_no_credit_check_on_retransmission() {
+    let mut d = Duo::new(Opts::default());
+    credits_not_reported(&mut d);
+    d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 1); // lost
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(
+        p.len(),
+        1,
+        "the first packet is retransmitted without credit"
+    );
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A));
+}
+
+#[test]
+fn seed003_no_reordering_of_the_sq() {
+    // Credits known to be 0: the Send holds, and the Write behind it waits too.
+    let mut d = Duo::new(Opts::default());
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    assert!(
+        d.take(0).is_empty(),
+        "the Write must not overtake the stalled Send"
+    );
+    // Credits not reported: the Send's first packet goes, the Write waits behind the rest.
+    let mut d = Duo::new(Opts::default());
+    credits_not_reported(&mut d);
+    d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1, "the Write must not overtake the stalled Send");
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendFirst);
+}
+
+/// While the requester holds a limited message (the peer reported 0 credits), it asks for the
+/// credits on a schedule of its own: a zero-length Send Only at the last acknowledged PSN, with
+/// AckReq. The responder takes it as a duplicate: it re-acknowledges it with its current
+/// credit count, consumes no receive WQE and sends no RNR NAK (seed 003: credits ride on every
+/// ACK, duplicates included).
+#[test]
+fn seed003_credit_probe_is_a_duplicate_that_draws_the_current_credits() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty());
+    let first = retransmit_deadline(&d, 0).expect("probe timer");
+    assert_eq!(first, d.now + rvrdma_core::requester::CREDIT_PROBE_MIN_NS);
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    let h = &p[0].0;
+    assert_eq!(h.bth.opcode, Opcode::RcSendOnly);
+    assert!(h.bth.ack_req);
+    assert_eq!(h.bth.psn, Psn::new(PSN_A).prev());
+    assert!(p[0].1.is_empty());
+    assert_eq!(
+        retransmit_deadline(&d, 0),
+        Some(d.now + 2 * rvrdma_core::requester::CREDIT_PROBE_MIN_NS),
+        "the next probe waits twice as long"
+    );
+    // No receive yet: re-ACKed with 0 credits; nothing executed.
+    d.deliver(1, h, &p[0].1, 1);
+    let r = d.take(1);
+    assert_eq!(aeth_of(&r[0].0).syndrome, Syndrome::Ack { credit: 0 });
+    assert_eq!(r[0].0.bth.psn, Psn::new(PSN_A).prev());
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    // With a receive posted (its unsolicited ACK lost), the next probe brings the credit and
+    // the Send goes.
+    d.post_recv(1, 64).expect("recv");
+    d.take(1);
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    d.flow(0);
+    d.flow(1);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendOnly);
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A));
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 1, "the probe took no WQE");
+}
+
+#[test]
+fn seed003_fence_waits_for_earlier_reads() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    let mut rd = SendWr::new(1, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 100,
+        lkey: DST,
+    }])
+    .expect("sg");
+    rd.remote_addr = RMT_VA;
+    rd.rkey = RMT;
+    d.post(0, rd).expect("post");
+    let mut s = send_wr(2, SendOpcode::Send, 10);
+    s.flags = SendFlags(SendFlags::SIGNALED | SendFlags::FENCE);
+    d.post(0, s).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1, "only the read; the fenced send waits");
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    d.progress(1);
+    d.flow(1);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcSendOnly);
+}
+
+#[test]
+fn seed003_unsolicited_ack_when_receives_posted_to_stalled_peer() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1); // initial ACK said 0 credits
+    d.post_recv(1, 64).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "unsolicited ACK with the new credit");
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A).prev());
+    assert_eq!(
+        aeth_of(&p[0].0).syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(1)
+        }
+    );
+}
+
+#[test]
+fn seed003_ack_carries_current_credit_count() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 5],
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    let p = d.take(1);
+    let a = aeth_of(&p[0].0);
+    assert_eq!(
+        a.syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(4)
+        }
+    );
+    assert_eq!(a.msn, 1);
+}
+
+// ---- seed 003: a lost credit update must not stall a limited message -----------------------
+
+/// Runs both nodes on the simulated clock until `done` holds or `limit` ns have passed: moves
+/// every packet, and when nothing moves, jumps to the earliest armed timer and fires it.
+/// Packets for which `drop` says true are lost. Returns whether `done` became true.
+fn run_until(
+    d: &mut Duo,
+    limit: u64,
+    mut drop: impl FnMut(usize, &Headers) -> bool,
+    mut done: impl FnMut(&Duo) -> bool,
+) -> bool {
+    let end = d.now + limit;
+    for _ in 0..100_000 {
+        if done(d) {
+            return true;
+        }
+        let mut moved = 0;
+        for i in 0..2 {
+            d.progress(i);
+            for (h, p, port) in d.take(i) {
+                moved += 1;
+                if !drop(i, &h) {
+                    d.deliver(1 - i, &h, &p, port);
+                }
+            }
+        }
+        if moved > 0 {
+            continue;
+        }
+        let next = (0..2)
+            .flat_map(|i| [(i, Timer::Retransmit), (i, Timer::Rnr)])
+            .filter_map(|(i, t)| d.e[i].out.timers[timer_index(t)].map(|at| (at, i, t)))
+            .min_by_key(|(at, i, t)| (*at, *i, timer_index(*t)));
+        match next {
+            Some((at, i, t)) if at <= end => d.fire(i, t),
+            _ => return done(d),
+        }
+    }
+    panic!("run_until did not settle");
+}
+
+/// Node 0 (credits known to be 0: the peer's initial ACK said so) posts a three-packet Send;
+/// node 1 posts a receive and the unsolicited ACK announcing it is lost. Returns whether the
+/// Send completed within `limit` ns.
+fn lost_credit_update(timeout: u8, limit: u64) -> Duo {
+    let mut d = Duo::new(Opts {
+        timeout,
+        rnr_retry: 1,
+        ..Opts::default()
+    });
+    d.flow(1); // initial ACK: 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty(), "holds: the peer has no receive WQE");
+    d.now += 1_000_000;
+    d.post_recv(1, 4096).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "the unsolicited ACK (lost)");
+    let ok = run_until(
+        &mut d,
+        limit,
+        |_, _| false,
+        |d| !d.e[0].out.send_cqes.is_empty(),
+    );
+    assert!(ok, "the Send completed within {limit} ns");
+    d
+}
+
+/// Seed 003 lets the requester probe while it knows the responder has no credit; with an
+/// infinite local ACK timeout (0) a lost unsolicited ACK must still not hold a Send forever.
+/// The probes draw no RNR NAK, so no RNR retry is spent.
+#[test]
+fn seed003_lost_credit_update_infinite_timeout_send_still_completes() {
+    let d = lost_credit_update(0, 1_000_000_000);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].out.recv_cqes[0].byte_len, 3 * MTU);
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    assert_eq!(d.e[0].qp.counters().sq.rnr_naks_received, 0);
+}
+
+/// The same with a finite local ACK timeout of 4.3 s (exponent 20): the probe schedule does not
+/// wait for the timeout, so the Send completes well before it.
+#[test]
+fn seed003_lost_credit_update_finite_timeout_send_completes_before_the_timeout() {
+    let d = lost_credit_update(20, 500_000_000);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 0);
+}
+
+/// While a requester may be waiting for credits, every receive posted that changes the credit
+/// count the responder last announced sends a new unsolicited ACK (seed 003: an unsolicited
+/// ACK may be sent at any time), so one lost update is repaired by the next receive.
+#[test]
+fn seed003_responder_reannounces_credits_while_the_requester_may_wait() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1); // initial ACK said 0 credits
+    d.post_recv(1, 64).expect("recv");
+    assert_eq!(d.take(1).len(), 1, "first update (lost)");
+    d.post_recv(1, 64).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "the next receive announces again");
+    assert_eq!(
+        aeth_of(&p[0].0).syndrome,
+        Syndrome::Ack {
+            credit: encode_credit(2)
+        }
+    );
+    // Once a request consumed a credit (the requester is moving), receives are quiet again
+    // unless an ACK said 0 credits.
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    assert_eq!(d.take(1).len(), 1, "the ACK of the Send");
+    d.post_recv(1, 64).expect("recv");
+    assert!(d.take(1).is_empty());
+}
+
+/// A requester holding a limited message for credits sends no request packet of it (no RNR
+/// NAK, no RNR retry spent) however long the responder takes to post a receive, and it
+/// completes once the receive is posted.
+#[test]
+fn seed003_credit_hold_spends_no_rnr_retry_while_the_rq_stays_empty() {
+    let mut d = Duo::new(Opts {
+        timeout: 0,
+        rnr_retry: 0,
+        ..Opts::default()
+    });
+    d.flow(1);
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    let done = run_until(
+        &mut d,
+        3_000_000_000,
+        |_, _| false,
+        |d| !d.e[0].out.send_cqes.is_empty(),
+    );
+    assert!(!done, "nothing completes while the RQ is empty");
+    assert_eq!(d.state(0), QpState::Rts);
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    assert_eq!(d.e[1].out.recv_cqes.len(), 0);
+    d.post_recv(1, 64).expect("recv");
+    let done = run_until(
+        &mut d,
+        1_000_000_000,
+        |_, _| false,
+        |d| !d.e[0].out.send_cqes.is_empty(),
+    );
+    assert!(done);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+}
+
+/// A credit hold on a dead path ends like any wait for a response (seed 000): each credit probe
+/// left unanswered for a local ACK timeout costs a retry, and exhaustion completes the held Send
+/// with RETRY_EXC_ERR (the QP is not armed).
+#[test]
+fn seed003_credit_hold_on_a_dead_path_exhausts_the_retry_count() {
+    let mut d = Duo::new(Opts::default());
+    d.flow(1); // 0 credits
+    d.take(0);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    let timeout = local_ack_timeout_ns(8).expect("finite");
+    let start = d.now;
+    let failed = run_until(
+        &mut d,
+        1_000_000_000,
+        |from, _| from == 0,
+        |d| d.state(0) == QpState::Error,
+    );
+    assert!(failed, "still holding after 1 s on a dead path");
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::RetryExcErr);
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 4);
+    let bound = 4 * (timeout + rvrdma_core::requester::CREDIT_PROBE_MAX_NS);
+    assert!(d.now - start <= bound, "{} ns", d.now - start);
+}
+
+// ---- declared behaviours -----------------------------------------------------------------------
+
+/// Seed 003 ("SQ Logic's Behavior When No Credits Are Available"): an RDMA Write with Immediate
+/// takes its RQ WQE (its credit) at the packet carrying the immediate data, the Last (or
+/// Only): the First and Middle packets need none, and without a WQE the Last draws the RNR NAK.
+#[test]
+fn seed003_write_with_immediate_takes_its_credit_at_the_last_packet() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    let mut first = req(Opcode::RcRdmaWriteFirst, PSN_A);
+    first.reth = Some(Reth {
+        va: RMT_VA,
+        rkey: RMT,
+        dma_len: 2 * MTU + 10,
+    });
+    d.deliver(1, &first, &[1u8; MTU as usize], 1);
+    let mut middle = req(Opcode::RcRdmaWriteMiddle, PSN_A + 1);
+    middle.bth.ack_req = true;
+    d.deliver(1, &middle, &[2u8; MTU as usize], 1);
+    let p = d.take(1);
+    assert_eq!(p.len(), 1);
+    assert!(
+        aeth_of(&p[0].0).syndrome.is_ack(),
+        "First and Middle need no WQE"
+    );
+    assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
+    let last = req(Opcode::RcRdmaWriteLastWithImmediate, PSN_A + 2);
+    d.deliver(1, &last, &[3u8; 10], 1);
+    let p = d.take(1);
+    assert_eq!(aeth_of(&p[0].0).syndrome, Syndrome::RnrNak { timer: 3 });
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 2), "RNR NAK at the Last");
+    assert_eq!(d.e[1].qp.rq_logic().epsn(), PSN_A + 2);
+    // With a receive posted, the retransmitted Last takes it: one credit less.
+    d.post_recv(1, 64).expect("recv");
+    d.take(1);
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 1);
+    d.deliver(1, &last, &[3u8; 10], 1);
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 0);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(
+        (c[0].opcode, c[0].byte_len, c[0].imm_or_rkey),
+        (WcOpcode::RecvRdmaWithImm, 2 * MTU + 10, 7)
+    );
+}
+
+/// Seed 003 ("SQ WQEs Are Internally Numbered"; the MSN counts messages the RQ Logic
+/// completed): local operations (LOCAL_INV, fast registration) never reach the responder and
+/// take no SSN, so a Send behind them keeps the SSN the peer's credits were counted for.
+#[test]
+fn seed003_local_operations_take_no_ssn() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.flow(1); // one credit: LSN = 1
+    d.take(0);
+    let mut inv = SendWr::new(1, SendOpcode::LocalInv);
+    inv.invalidate_rkey = RMT;
+    d.post(0, inv).expect("post");
+    let mut reg = SendWr::new(2, SendOpcode::RegMr);
+    reg.reg.key = RMT;
+    reg.reg.iova = RMT_VA;
+    reg.reg.length = 1 << 16;
+    reg.reg.access = ACCESS_LOCAL_WRITE;
+    d.post(0, reg).expect("post");
+    d.post(0, send_wr(3, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(
+        p.len(),
+        3,
+        "the Send is SSN 1, within the LSN: all its packets go"
+    );
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    let acks = d.take(1);
+    assert_eq!(aeth_of(&acks.last().expect("ACK").0).msn, 1);
+    assert_eq!(d.e[0].qp.counters().sq.credit_stalls, 0);
+}

@@ -1,0 +1,21 @@
+//! Unit tests of the seed rules, each named after its seed, on a pair of QPs wired back to back
+//! where the test decides which packet goes where.
+//!
+//! `fixtures.rs` has the pair and the helpers every file shares; the tests are by topic:
+//! `credits.rs` (seed 003), `nak_classes.rs` and `remote_access.rs` (seed 001, the responder's
+//! error classes), `requester.rs` (the SQ logic, completer and send window), `retries.rs`
+//! (seed 000, the retry count), `apm.rs` (seeds 000 and 002), `state.rs` (seed 004 and the
+//! state machine), `uc_ud.rs` (the unreliable transports), `hostile.rs` (a hostile peer) and
+//! `regressions.rs` (bugs found by the simulation and fuzzing).
+
+mod apm;
+mod credits;
+mod fixtures;
+mod hostile;
+mod nak_classes;
+mod regressions;
+mod remote_access;
+mod requester;
+mod retries;
+mod state;
+mod uc_ud;

@@ -1,0 +1,95 @@
+//! Regressions found by the simulation and by the `responder_packets` fuzz target, each kept as
+//! the smallest exchange that showed it.
+
+use rvrdma_core::credit::CREDIT_CODE_INVALID;
+use rvrdma_core::events::Timer;
+use rvrdma_core::psn::Psn;
+use rvrdma_core::wire::{Aeth, Bth, Headers, Opcode, Reth, Syndrome};
+use rvrdma_core::wqe::SendOpcode;
+
+use super::fixtures::*;
+
+// ---- found by the simulation --------------------------------------------------------------------
+
+#[test]
+fn requester_new_message_takes_a_fresh_psn_after_rnr_and_late_ack() {
+    // Found by the simulation (seed 72171): an RNR NAK rewinds to a Send that a duplicate's ACK
+    // then completes; the next WQE must not reuse the Send's PSN.
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.take(1);
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.deliver(0, &h, &[], 1);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    d.deliver(1, &p[0].0, &p[0].1, 1); // no receive posted: RNR NAK
+    d.post_recv(1, 64).expect("recv");
+    let mut dup = p[0].0;
+    dup.bth.ack_req = true;
+    d.deliver(1, &dup, &p[0].1, 1); // a duplicate of the Send arrives: executed, ACKed
+    let r = d.take(1);
+    assert!(r
+        .iter()
+        .any(|(h, _, _)| aeth_of(h).syndrome == Syndrome::RnrNak { timer: 3 }));
+    for (h, pl, port) in r {
+        d.deliver(0, &h, &pl, port);
+    }
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.fire(0, Timer::Rnr);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaWriteOnly);
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 1), "fresh PSN");
+}
+
+// ---- regressions found by the `responder_packets` fuzz target -----------------------------
+
+/// A duplicate RDMA Read moved the response cursor back and every later read was sent again
+/// from its stale `sent` offset: a read already answered in full went out as a zero-length
+/// RDMA Read Response Last with a PSN past its range.
+#[test]
+fn fuzz_duplicate_read_resent_later_read_from_stale_offset() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 600]);
+    let read = |psn: u32, va: u64| {
+        let mut h = req(Opcode::RcRdmaReadRequest, psn);
+        h.reth = Some(Reth {
+            va,
+            rkey: RMT,
+            dma_len: 300,
+        });
+        h
+    };
+    let first = read(PSN_A, RMT_VA);
+    let second = read(PSN_A + 2, RMT_VA + 300);
+    d.deliver(1, &first, &[], 1);
+    d.deliver(1, &second, &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 4);
+    // The first read again: it is answered again, and so is the second, each in full.
+    d.deliver(1, &first, &[], 1);
+    d.progress(1);
+    let p = d.take(1);
+    let seen: Vec<(Opcode, u32, usize)> = p
+        .iter()
+        .map(|(h, pl, _)| (h.bth.opcode, h.bth.psn.value(), pl.len()))
+        .collect();
+    let want = |psn: u32| {
+        [
+            (Opcode::RcRdmaReadResponseFirst, psn, 256),
+            (Opcode::RcRdmaReadResponseLast, psn + 1, 44),
+        ]
+    };
+    let mut expect = want(PSN_A).to_vec();
+    expect.extend(want(PSN_A + 2));
+    assert_eq!(seen, expect);
+}

@@ -1,0 +1,452 @@
+//! The SQ logic and the completer: segmentation, NAK and RNR NAK handling, timeouts, RDMA Read
+//! and atomic responses, retrying reads, local operations, and the send window (at most
+//! `MAX_UNACKED_PSNS` in flight, closed by a timeout and reopened by ACKs).
+
+use rvrdma_core::credit::CREDIT_CODE_INVALID;
+use rvrdma_core::events::{Timer, WcOpcode, WcStatus};
+use rvrdma_core::memory::ACCESS_LOCAL_WRITE;
+use rvrdma_core::psn::Psn;
+use rvrdma_core::qp_state::QpState;
+use rvrdma_core::requester::local_ack_timeout_ns;
+use rvrdma_core::wire::{Aeth, Bth, Headers, NakCode, Opcode, Reth};
+use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
+
+use crate::sim::node::timer_index;
+
+use super::fixtures::*;
+
+// ---- requester / completer -----------------------------------------------------------------
+
+#[test]
+fn requester_segmentation_and_end_to_end_transfer() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    let data: Vec<u8> = (0..700u32).map(|x| x as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::SendWithImm, 700))
+        .expect("post");
+    d.pump();
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(
+        (c.opcode, c.byte_len, c.status),
+        (WcOpcode::Recv, 700, WcStatus::Success)
+    );
+    let got = d.e[1].mem.0.borrow().read(DST, DST_VA, 700).expect("read");
+    assert_eq!(got, data);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+}
+
+#[test]
+fn requester_psn_sequence_nak_retransmits_from_nak_psn() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    d.deliver(1, &p[2].0, &p[2].1, 1); // p[1] lost
+    d.flow(1);
+    d.progress(0);
+    let r = d.take(0);
+    assert_eq!(r[0].0.bth.psn, p[1].0.bth.psn, "go back to the NAKed PSN");
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1);
+}
+
+#[test]
+fn requester_rnr_nak_waits_then_retries_rnr_retry_7_infinite() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 0],
+        rnr_retry: 7,
+        ..Opts::default()
+    });
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.take(1);
+    d.deliver(0, &h, &[], 1);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    for _ in 0..20 {
+        d.progress(0);
+        d.flow(0);
+        d.flow(1); // RNR NAK
+        assert!(d.e[0].out.timers[timer_index(Timer::Rnr)].is_some());
+        d.progress(0);
+        assert!(d.take(0).is_empty(), "waits for the RNR timer");
+        d.fire(0, Timer::Rnr);
+    }
+    assert_eq!(d.state(0), QpState::Rts);
+    assert!(d.e[0].out.send_cqes.is_empty());
+}
+
+#[test]
+fn requester_rnr_retry_exhausted_completes_with_rnr_retry_exc_err() {
+    let mut d = Duo::new(Opts {
+        rnr_retry: 1,
+        ..Opts::default()
+    });
+    let mut h = Headers::new(Bth::new(
+        Opcode::RcAcknowledge,
+        0x11,
+        Psn::new(PSN_A).prev(),
+    ));
+    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.take(1);
+    d.deliver(0, &h, &[], 1);
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
+    for _ in 0..2 {
+        d.progress(0);
+        d.flow(0);
+        d.flow(1);
+        if d.state(0) == QpState::Error {
+            break;
+        }
+        d.fire(0, Timer::Rnr);
+    }
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c[0].status, WcStatus::RnrRetryExcErr);
+    assert_eq!(c[1].status, WcStatus::WrFlushErr);
+}
+
+#[test]
+fn requester_remote_access_nak_error_completion_and_flush() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    let mut w = send_wr(1, SendOpcode::RdmaWrite, 8);
+    w.rkey = 0xbad;
+    d.post(0, w).expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8))
+        .expect("post");
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c[0].status, WcStatus::RemAccessErr);
+    assert_eq!(c[1].status, WcStatus::WrFlushErr);
+    assert_eq!(d.state(0), QpState::Error);
+}
+
+#[test]
+fn requester_local_ack_timeout_formula_and_infinite() {
+    assert_eq!(local_ack_timeout_ns(0), None);
+    assert_eq!(local_ack_timeout_ns(1), Some(8192));
+    assert_eq!(local_ack_timeout_ns(14), Some(4096 << 14));
+}
+
+#[test]
+fn requester_read_and_atomic_responses_fill_local_memory() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    fill(&d.e[1].mem, RMT, RMT_VA, &[0xAB; 600]);
+    let mut rd = SendWr::new(1, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 600,
+        lkey: DST,
+    }])
+    .expect("sg");
+    rd.remote_addr = RMT_VA;
+    rd.rkey = RMT;
+    d.post(0, rd).expect("post");
+    let mut fa = SendWr::new(2, SendOpcode::AtomicFetchAndAdd);
+    fa.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA + 1024,
+        length: 8,
+        lkey: DST,
+    }])
+    .expect("sg");
+    fa.remote_addr = ATM_VA;
+    fa.rkey = ATM;
+    fa.compare_add = 5;
+    d.post(0, fa).expect("post");
+    d.post(0, fa).expect("post");
+    d.pump();
+    let m = d.e[0].mem.0.borrow();
+    assert_eq!(m.read(DST, DST_VA, 600).expect("r"), vec![0xAB; 600]);
+    assert_eq!(
+        m.read(DST, DST_VA + 1024, 8).expect("r"),
+        5u64.to_ne_bytes().to_vec()
+    );
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+}
+
+#[test]
+fn requester_psn_24_bit_wrap() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        psns: (0xFF_FFFE, 0xFF_FFFF),
+        ..Opts::default()
+    });
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::Send, 4 * MTU))
+        .expect("post");
+    d.post(1, read_wr(2, 3 * MTU)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[0].qp.sq_logic().una(), 2, "0xFFFFFE + 4 wraps to 2");
+    assert_eq!(d.e[1].qp.sq_logic().una(), 2);
+}
+
+#[test]
+fn responder_acks_at_message_end_and_every_n_packets() {
+    let mut d = Duo::new(Opts::default());
+    d.take(1);
+    // A 20-packet RDMA Write without AckReq except the last: ACKs at 8, 16 and the end.
+    let n = 20u32;
+    for k in 0..n {
+        let op = match k {
+            0 => Opcode::RcRdmaWriteFirst,
+            x if x == n - 1 => Opcode::RcRdmaWriteLast,
+            _ => Opcode::RcRdmaWriteMiddle,
+        };
+        let mut h = req(op, PSN_A + k);
+        if k == 0 {
+            h.reth = Some(Reth {
+                va: RMT_VA,
+                rkey: RMT,
+                dma_len: n * MTU,
+            });
+        }
+        d.deliver(1, &h, &[0u8; MTU as usize], 1);
+    }
+    let acks = d.take(1);
+    assert_eq!(acks.len(), 3);
+    assert_eq!(acks[2].0.bth.psn, Psn::new(PSN_A + n - 1));
+}
+
+// ---- RDMA Read retries --------------------------------------------------------------------------
+
+#[test]
+fn requester_implied_nak_retries_the_unanswered_read() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 4],
+        ..Opts::default()
+    });
+    d.pump();
+    d.post(0, read_wr(1, 100)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    d.progress(1);
+    let r = d.take(1);
+    assert_eq!(r.len(), 2, "read response, then the ACK of the send");
+    let (h, p, port) = &r[1];
+    d.deliver(0, h, p, *port); // the read response (r[0]) was lost
+    d.progress(0);
+    let again = d.take(0);
+    assert_eq!(again[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
+    assert_eq!(again[0].0.bth.psn, Psn::new(PSN_A));
+    assert_eq!(d.e[0].qp.counters().sq.retries, 1);
+    for (h, p, port) in again {
+        d.deliver(1, &h, &p, port);
+    }
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(c.len(), 2);
+    assert!(c.iter().all(|w| w.status == WcStatus::Success));
+}
+
+#[test]
+fn requester_resumes_a_partially_answered_read_from_the_first_missing_response() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    fill(&d.e[1].mem, RMT, RMT_VA, &[3u8; 600]);
+    d.post(0, read_wr(1, 600)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    d.progress(1);
+    let r = d.take(1);
+    assert_eq!(r.len(), 3);
+    d.deliver(0, &r[0].0, &r[0].1, 1); // First arrives, Middle and Last lost
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    let reth = p[0].0.reth.expect("RETH");
+    assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 1));
+    assert_eq!((reth.va, reth.dma_len), (RMT_VA + MTU as u64, 600 - MTU));
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(
+        d.e[0].mem.0.borrow().read(DST, DST_VA, 600).expect("r"),
+        vec![3u8; 600]
+    );
+}
+
+// ---- invalidation and local operations ----------------------------------------------------------
+
+#[test]
+fn responder_send_with_invalidate_invalidates_rkey_and_reports_it() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    d.pump();
+    let mut w = send_wr(1, SendOpcode::SendWithInv, 16);
+    w.invalidate_rkey = RMT;
+    d.post(0, w).expect("post");
+    d.pump();
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!(
+        c.flags & rvrdma_core::events::WC_WITH_INVALIDATE,
+        rvrdma_core::events::WC_WITH_INVALIDATE
+    );
+    assert_eq!(c.imm_or_rkey, RMT);
+    // The R_Key is gone: a later RDMA Write to it fails with a remote access error.
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8))
+        .expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[1].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn local_inv_and_reg_mr_complete_in_order() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    let mut inv = SendWr::new(1, SendOpcode::LocalInv);
+    inv.invalidate_rkey = RMT;
+    d.post(0, inv).expect("post");
+    let mut reg = SendWr::new(2, SendOpcode::RegMr);
+    reg.reg.key = RMT;
+    reg.reg.iova = RMT_VA;
+    reg.reg.length = 1 << 16;
+    reg.reg.access = ACCESS_LOCAL_WRITE;
+    d.post(0, reg).expect("post");
+    d.pump();
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(
+        (c[0].opcode, c[0].status),
+        (WcOpcode::LocalInv, WcStatus::Success)
+    );
+    assert_eq!(
+        (c[1].opcode, c[1].status),
+        (WcOpcode::RegMr, WcStatus::Success)
+    );
+}
+
+// ---- the send window -----------------------------------------------------------------------
+
+#[test]
+fn requester_keeps_at_most_max_unacked_psns_outstanding() {
+    use rvrdma_core::requester::MAX_UNACKED_PSNS;
+    let mut d = Duo::new(Opts::default());
+    // The initial unsolicited ACKs of connection setup are not requests.
+    d.take(0);
+    d.take(1);
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 100 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWrite, 100 * MTU))
+        .expect("post");
+    while d.progress(0) > 0 {}
+    let first = d.take(0);
+    assert_eq!(
+        first.len() as u32,
+        MAX_UNACKED_PSNS,
+        "no more than the window before an ACK"
+    );
+    for (h, payload, port) in &first {
+        d.deliver(1, h, payload, *port);
+    }
+    d.flow(1);
+    while d.progress(0) > 0 {}
+    assert_eq!(
+        d.take(0).len(),
+        200 - MAX_UNACKED_PSNS as usize,
+        "the rest after the ACKs"
+    );
+}
+
+/// The PSNs of a batch of packets.
+fn psns(p: &[(Headers, Vec<u8>, u8)]) -> Vec<u32> {
+    p.iter().map(|(h, _, _)| h.bth.psn.value()).collect()
+}
+
+/// After a transport timeout the requester resends one packet, which asks for an ACK, and
+/// each acknowledged PSN widens the window by one; the packet that fills the window always
+/// asks for an ACK (the responder coalesces them). A sequence NAK halves the window.
+#[test]
+fn requester_window_closes_on_timeout_and_reopens_with_acks() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 60 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert_eq!(
+        d.take(0).len(),
+        60,
+        "a fresh window sends the whole message"
+    );
+    // Everything was lost.
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(psns(&p), [PSN_A], "one packet after a timeout");
+    assert!(p[0].0.bth.ack_req);
+    let mut acked = PSN_A;
+    for want in [2u32, 4, 8, 16] {
+        d.deliver(
+            0,
+            &ack_pkt(acked, Aeth::ack(0, CREDIT_CODE_INVALID)),
+            &[],
+            1,
+        );
+        d.progress(0);
+        let p = d.take(0);
+        let expect: Vec<u32> = (acked + 1..=acked + want).collect();
+        assert_eq!(psns(&p), expect, "the window doubles per round");
+        assert!(
+            p.last().is_some_and(|(h, _, _)| h.bth.ack_req),
+            "the last asks for an ACK"
+        );
+        acked += want;
+    }
+    // The peer NAKs the last packet (it acknowledges the ones before it): the window was
+    // 1 + 30 acknowledged PSNs = 31 and halves to 15; the pass restarts at the NAK's PSN.
+    let nak = ack_pkt(acked, Aeth::nak(0, NakCode::PsnSequenceError));
+    d.deliver(0, &nak, &[], 1);
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(psns(&p), (acked..acked + 15).collect::<Vec<_>>());
+    assert_eq!(d.e[0].qp.counters().sq.timeouts, 1);
+}
+
+/// An ACK that overtakes a window-limited go-back-N pass moves the pass to the first PSN the
+/// peer lacks: what it already has is not sent again.
+#[test]
+fn requester_window_pass_resumes_at_the_acknowledged_psn() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 40 * MTU))
+        .expect("post");
+    d.progress(0);
+    d.take(0);
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    assert_eq!(psns(&d.take(0)), [PSN_A]);
+    // The originals were only late: the peer acknowledges 30 of them at once.
+    d.deliver(
+        0,
+        &ack_pkt(PSN_A + 29, Aeth::ack(0, CREDIT_CODE_INVALID)),
+        &[],
+        1,
+    );
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(psns(&p), (PSN_A + 30..PSN_A + 40).collect::<Vec<_>>());
+}

@@ -1,0 +1,158 @@
+//! Seed 004 and the QP state machine as the data path sees it: Init, Communication Established
+//! in RTR, the SQD drain, Error flushing both queues, and an SRQ QP's last WQE.
+
+use rvrdma_core::events::{AsyncEvent, WcStatus};
+use rvrdma_core::qp::QpAttrs;
+use rvrdma_core::qp_state::{AttrMask, QpState};
+use rvrdma_core::requester::PostError;
+use rvrdma_core::wire::Opcode;
+use rvrdma_core::wqe::SendOpcode;
+
+use super::fixtures::*;
+
+// ---- seed 004 and the state machine --------------------------------------------------------
+
+#[test]
+fn seed004_init_refuses_post_send_at_once() {
+    let mut d = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    assert_eq!(
+        d.post(0, send_wr(1, SendOpcode::Send, 1)),
+        Err(PostError::InvalidState)
+    );
+    assert!(d.e[0].out.send_cqes.is_empty());
+}
+
+#[test]
+fn seed004_init_accepts_receives_and_drops_inbound_packets() {
+    let mut d = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    d.post_recv(1, 64)
+        .expect("receive WRs can be posted in Init");
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    assert!(d.take(1).is_empty());
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    assert_eq!(d.e[1].qp.counters().dropped, 1);
+}
+
+#[test]
+fn comm_est_raised_for_first_packet_in_rtr() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 2],
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A + 1), &[1], 1);
+    let n = d.e[1]
+        .out
+        .events
+        .iter()
+        .filter(|(e, _)| *e == AsyncEvent::CommEst)
+        .count();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn sqd_drains_and_raises_sq_drained_only_if_requested() {
+    for notify in [false, true] {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [0, 4],
+            ..Opts::default()
+        });
+        d.pump();
+        d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+        d.progress(0);
+        let e = &mut d.e[0];
+        let a = QpAttrs {
+            qp_state: QpState::Sqd,
+            en_sqd_async_notify: notify,
+            ..QpAttrs::default()
+        };
+        let mut m = AttrMask::STATE;
+        if notify {
+            m |= AttrMask::EN_SQD_ASYNC_NOTIFY;
+        }
+        e.qp.modify(0, &a, m, &mut e.out).expect("SQD");
+        d.post(0, send_wr(2, SendOpcode::Send, 10))
+            .expect("held in SQD");
+        assert!(!d.e[0].out.has_event(AsyncEvent::SqDrained), "in flight");
+        d.pump();
+        assert_eq!(d.e[0].out.has_event(AsyncEvent::SqDrained), notify);
+        assert_eq!(d.e[0].out.send_cqes.len(), 1, "the held WR did not start");
+    }
+}
+
+#[test]
+fn error_flushes_both_queues_in_order() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [3, 0],
+        ..Opts::default()
+    });
+    for k in 0..3 {
+        d.post(0, send_wr(k, SendOpcode::Send, 10)).expect("post");
+    }
+    let e = &mut d.e[0];
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("ERR");
+    let s: Vec<u64> = d.e[0].out.send_cqes.iter().map(|c| c.wr_id).collect();
+    assert_eq!(s, vec![0, 1, 2]);
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::WrFlushErr));
+    assert_eq!(d.e[0].out.recv_cqes.len(), 3);
+    d.post(0, send_wr(9, SendOpcode::Send, 1))
+        .expect("accepted in Error");
+    assert_eq!(
+        d.e[0].out.send_cqes.last().map(|c| c.status),
+        Some(WcStatus::WrFlushErr)
+    );
+}
+
+#[test]
+fn srq_qp_entering_error_raises_last_wqe_reached() {
+    let mut d = Duo::new(Opts {
+        srq: [true, false],
+        ..Opts::default()
+    });
+    let e = &mut d.e[0];
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("ERR");
+    assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
+}
+
+#[test]
+fn srq_qp_flushes_the_wqe_it_holds_on_error() {
+    let mut d = Duo::new(Opts {
+        srq: [true, false],
+        ..Opts::default()
+    });
+    // The shell hands the SRQ QP one WQE from the SRQ; the QP then enters Error.
+    d.post_recv(0, 4096).expect("recv");
+    let e = &mut d.e[0];
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+        .expect("ERR");
+    let c = &d.e[0].out.recv_cqes;
+    assert_eq!(c.len(), 1, "the held WQE completes");
+    assert_eq!(c[0].status, WcStatus::WrFlushErr);
+    assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
+}

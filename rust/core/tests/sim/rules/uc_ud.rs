@@ -1,0 +1,221 @@
+//! The unreliable transports: UC (no ACKs, a lost packet drops the message, a send error moves
+//! the QP to SQE) and UD (single-packet Sends with a DETH, Q_Key checks and a GRH).
+
+use rvrdma_core::events::{WcOpcode, WcStatus};
+use rvrdma_core::qp::QpAttrs;
+use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
+use rvrdma_core::requester::PostError;
+use rvrdma_core::wire::Opcode;
+use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
+
+use super::fixtures::*;
+
+// ---- UC --------------------------------------------------------------------------------------
+
+#[test]
+fn uc_send_and_write_with_imm_without_acks() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [0, 2],
+        ..Opts::default()
+    });
+    assert!(d.take(1).is_empty(), "no initial ACK on UC");
+    let data: Vec<u8> = (0..600u32).map(|x| (x * 7) as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post(0, send_wr(1, SendOpcode::Send, 600)).expect("post");
+    d.post(0, send_wr(2, SendOpcode::RdmaWriteWithImm, 300))
+        .expect("post");
+    let mut rd = SendWr::new(3, SendOpcode::RdmaRead);
+    rd.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 8,
+        lkey: DST,
+    }])
+    .expect("sg");
+    assert_eq!(
+        d.post(0, rd),
+        Err(PostError::InvalidWr),
+        "no RDMA Read on UC"
+    );
+    d.progress(0);
+    assert_eq!(d.e[0].out.send_cqes.len(), 2, "complete once sent");
+    let p = d.take(0);
+    assert!(p.iter().all(|(h, _, _)| !h.bth.ack_req));
+    for (h, pl, port) in p {
+        d.deliver(1, &h, &pl, port);
+    }
+    d.progress(1);
+    assert!(d.take(1).is_empty(), "UC never acknowledges");
+    let rc = &d.e[1].out.recv_cqes;
+    assert_eq!((rc[0].opcode, rc[0].byte_len), (WcOpcode::Recv, 600));
+    assert_eq!(rc[1].opcode, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(
+        d.e[1].mem.0.borrow().read(DST, DST_VA, 600).expect("r"),
+        data
+    );
+}
+
+#[test]
+fn uc_lost_packet_drops_message_and_reuses_the_receive_wqe() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 5)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 4);
+    for (k, (h, pl, port)) in p.into_iter().enumerate() {
+        if k != 1 {
+            d.deliver(1, &h, &pl, port);
+        }
+    }
+    let rc = &d.e[1].out.recv_cqes;
+    assert_eq!(rc.len(), 1, "only the second message arrives");
+    assert_eq!(
+        (rc[0].wr_id, rc[0].byte_len),
+        (1000, 5),
+        "in the first receive WQE"
+    );
+    assert_eq!(d.state(1), QpState::Rts);
+}
+
+#[test]
+fn uc_send_error_moves_to_sqe_flushes_sq_and_rq_keeps_working() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [1, 0],
+        ..Opts::default()
+    });
+    let mut bad = send_wr(1, SendOpcode::Send, 8);
+    bad.sg = SgList::from_slice(&[Sge {
+        addr: SRC_VA,
+        length: 8,
+        lkey: 0xbad,
+    }])
+    .expect("sg");
+    d.post(0, bad).expect("post");
+    d.post(0, send_wr(2, SendOpcode::Send, 8)).expect("post");
+    d.progress(0);
+    assert_eq!(d.state(0), QpState::Sqe);
+    let c = &d.e[0].out.send_cqes;
+    assert_eq!(
+        (c[0].status, c[1].status),
+        (WcStatus::LocProtErr, WcStatus::WrFlushErr)
+    );
+    // The RQ still works in SQE.
+    d.post(1, send_wr(9, SendOpcode::Send, 4)).expect("post");
+    d.progress(1);
+    d.flow(1);
+    assert_eq!(d.e[0].out.recv_cqes[0].status, WcStatus::Success);
+}
+
+// ---- UD --------------------------------------------------------------------------------------
+
+fn ud_pair(qkeys: [u32; 2]) -> Duo {
+    let mut d = Duo {
+        e: [
+            mk_end_t(0, false, QpType::Ud),
+            mk_end_t(1, false, QpType::Ud),
+        ],
+        now: 0,
+        recv_seq: [0, 0],
+    };
+    for (e, qkey) in d.e.iter_mut().zip(qkeys) {
+        e.qp.set_port_mtu(1024);
+        let a = QpAttrs {
+            qp_state: QpState::Init,
+            qkey,
+            ..QpAttrs::default()
+        };
+        let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+        e.qp.modify(0, &a, m, &mut e.out).expect("INIT");
+        let a = QpAttrs {
+            qp_state: QpState::Rtr,
+            ..QpAttrs::default()
+        };
+        e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
+            .expect("RTR");
+        let a = QpAttrs {
+            qp_state: QpState::Rts,
+            sq_psn: 7,
+            ..QpAttrs::default()
+        };
+        e.qp.modify(0, &a, AttrMask::STATE | AttrMask::SQ_PSN, &mut e.out)
+            .expect("RTS");
+    }
+    d
+}
+
+fn ud_send(id: u64, len: u32, qkey: u32) -> SendWr {
+    let mut w = send_wr(id, SendOpcode::SendWithImm, len);
+    w.ud.path = path(0, 0);
+    w.ud.remote_qpn = 0x12;
+    w.ud.remote_qkey = qkey;
+    w
+}
+
+#[test]
+fn ud_single_packet_send_with_deth_qkey_and_grh() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    let data: Vec<u8> = (0..300u32).map(|x| x as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post_recv(1, 1024).expect("recv");
+    d.post(0, ud_send(1, 300, 0x2222)).expect("post");
+    d.progress(0);
+    assert_eq!(
+        d.e[0].out.send_cqes[0].status,
+        WcStatus::Success,
+        "complete once sent"
+    );
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    let h = &p[0].0;
+    assert_eq!(h.bth.opcode, Opcode::UdSendOnlyWithImmediate);
+    assert_eq!(h.bth.dest_qp, 0x12);
+    let deth = h.deth.expect("DETH");
+    assert_eq!((deth.qkey, deth.src_qp), (0x2222, 0x11));
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!(c.byte_len, 340, "40-byte GRH + payload");
+    assert_eq!(c.src_qp, 0x11);
+    assert_eq!(
+        c.flags & rvrdma_core::events::WC_GRH,
+        rvrdma_core::events::WC_GRH
+    );
+    let got = d.e[1]
+        .mem
+        .0
+        .borrow()
+        .read(DST, DST_VA + 40, 300)
+        .expect("r");
+    assert_eq!(got, data);
+    assert!(d.take(1).is_empty(), "UD never acknowledges");
+}
+
+#[test]
+fn ud_wrong_qkey_is_dropped_and_long_sends_refused() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    d.post_recv(1, 1024).expect("recv");
+    d.post(0, ud_send(1, 10, 0x3333)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    assert!(
+        d.e[1].out.recv_cqes.is_empty(),
+        "Q_Key mismatch: silently dropped"
+    );
+    assert_eq!(
+        d.post(0, ud_send(2, 2000, 0x2222)),
+        Err(PostError::InvalidWr),
+        "> MTU"
+    );
+    // Top bit set: the QP's own Q_Key is used.
+    d.post(0, ud_send(3, 10, 0x8000_0000)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p[0].0.deth.expect("DETH").qkey, 0x1111);
+}
