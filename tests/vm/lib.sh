@@ -450,5 +450,18 @@ traffic_check() {
 	rc=$?
 	diag "traffic.py $*"
 	diag "$(tail -n 1 <<<"$out") [wall $((SECONDS - t0)) s]"
+	[ "$rc" -eq 0 ] || traffic_counters "$1" "$2"
 	result "$desc" "$rc" "$out"
+}
+
+# traffic_counters DEV...: the non-zero port counters of each device and the packets each CPU's
+# backlog dropped, to tell a failed transfer's story.
+traffic_counters() {
+	local d drops=() x
+	for d in "$@"; do
+		diag "$d: $(rdma statistic show link "$d/1" 2>&1 | tr ' ' '\n' |
+			awk '$0 ~ /^[1-9][0-9]*$/ && prev ~ /^[a-z_]+$/ { printf "%s=%s ", prev, $0 } { prev = $0 }')"
+	done
+	while read -r _ x _; do drops+=($((16#$x))); done </proc/net/softnet_stat
+	diag "backlog drops per CPU (softnet_stat): ${drops[*]}"
 }

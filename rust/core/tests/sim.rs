@@ -72,6 +72,48 @@ fn sim_bulk_through_a_bottleneck() {
     );
 }
 
+/// A slow host (a debug kernel under emulation): two CPUs, each with its own backlog served at
+/// 100 us per packet, and each batch a QP sends lands in one of them, so batches overtake each
+/// other; no loss. `SIM_SLOW_SEED=n` replays one seed with a trace.
+#[test]
+fn sim_bulk_on_a_slow_two_cpu_host() {
+    let one = std::env::var("SIM_SLOW_SEED")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let seeds = one.map_or(0..4, |s| s..s + 1);
+    for seed in seeds {
+        let mut cfg = Config::bulk(seed, 1 << 20);
+        cfg.loss = 0;
+        cfg.dup = 0;
+        cfg.bottleneck = Some(sim::world::Bottleneck {
+            per_packet: 100_000,
+            limit: 1000,
+            delay: 0,
+            reorder: 0,
+            lanes: 2,
+        });
+        cfg.trace = one.is_some();
+        let mut sim = Sim::new(cfg);
+        let r = sim.run();
+        for l in &sim.trace {
+            println!("{l}");
+        }
+        let c: Vec<_> = sim.nodes.iter().map(|n| n.qp.counters()).collect();
+        println!(
+            "slow seed {seed}: {r:?}: {} of {} request packets resent, {} timeouts, {} \
+             sequence NAKs",
+            c[0].sq.retransmitted + c[1].sq.retransmitted,
+            c[0].sq.packets_sent + c[1].sq.packets_sent,
+            c[0].sq.timeouts + c[1].sq.timeouts,
+            c[0].rq.seq_naks_sent + c[1].rq.seq_naks_sent
+        );
+        assert!(
+            r.is_ok(),
+            "slow seed {seed}: {r:?} (replay: SIM_SLOW_SEED={seed})"
+        );
+    }
+}
+
 #[test]
 fn sim_random_seeds() {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());

@@ -91,6 +91,10 @@ pub struct Bottleneck {
     pub delay: u64,
     /// Per mille of packets that skip the delay (and so overtake the ones before them).
     pub reorder: u64,
+    /// Parallel queues (CPUs): each batch a node sends joins one of them, picked at random,
+    /// as a veth queues packets to the backlog of the CPU that sends them; batches in two
+    /// queues overtake each other.
+    pub lanes: usize,
 }
 
 impl Config {
@@ -180,6 +184,7 @@ impl Config {
             limit: 1000,
             delay: 1_000_000,
             reorder: 250,
+            lanes: 1,
         });
         c.timeout = 14;
         c
@@ -284,7 +289,7 @@ struct InFlight {
 
 pub struct Sim {
     /// When each direction's bottleneck queue empties (see [`Bottleneck`]).
-    pub queue_free: [u64; 2],
+    pub queue_free: [[u64; 4]; 2],
     pub cfg: Config,
     pub nodes: [Node; 2],
     pub rng: Rng,
@@ -409,7 +414,7 @@ impl Sim {
         let n0 = mk_node(0, &mut rng);
         let n1 = mk_node(1, &mut rng);
         let mut sim = Sim {
-            queue_free: [0; 2],
+            queue_free: [[0; 4]; 2],
             nodes: [n0, n1],
             rng,
             now: 0,
@@ -762,6 +767,10 @@ impl Sim {
     fn flush_tx(&mut self) {
         for i in 0..2 {
             let pkts = std::mem::take(&mut self.nodes[i].out.tx);
+            let lane = match self.cfg.bottleneck {
+                Some(b) if b.lanes > 1 => self.rng.below(b.lanes.min(4) as u64) as usize,
+                _ => 0,
+            };
             for p in pkts {
                 if let Err(e) = self.credit_tx(i, &p.bytes) {
                     self.violation.get_or_insert(e);
@@ -784,7 +793,7 @@ impl Sim {
                     let mut at =
                         self.now + self.cfg.base_delay + self.rng.below(self.cfg.jitter + 1);
                     if let Some(b) = self.cfg.bottleneck {
-                        let free = &mut self.queue_free[i];
+                        let free = &mut self.queue_free[i][lane];
                         if *free > self.now + b.per_packet * b.limit {
                             self.log(|| "  (queue full)".to_string());
                             continue;
