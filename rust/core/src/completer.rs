@@ -357,7 +357,10 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
             return SqOutcome::Ok;
         }
-        let remaining = s.len.saturating_sub(s.read_done);
+        // The responses to the last request end where it asked (a resumed read asks for a
+        // window of the rest, see `SqLogic::send_one`).
+        let end = if s.read_end == 0 { s.len } else { s.read_end };
+        let remaining = end.saturating_sub(s.read_done);
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         let ends = h.bth.opcode.position().ends_message();
         let ok = if ends {
@@ -376,9 +379,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         {
             return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out);
         }
-        let done = ends;
+        let done = ends && end == s.len;
         if let Some(m) = self.slot_mut(c) {
             m.read_done = m.read_done.saturating_add(len);
+            if ends {
+                m.read_end = 0;
+            }
             if done {
                 m.done = true;
             }

@@ -423,6 +423,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             started: false,
             done: false,
             read_done: 0,
+            read_end: 0,
             status: WcStatus::Success as u32,
         };
         self.last_ssn = ssn;
@@ -525,6 +526,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             // bounded go-back-N retransmission, and the peer's ACKs keep pace with the timer.
             // The packet at `una` may always go.
             if self.next_psn != self.una && self.next_psn.distance_from(self.una) >= self.cwnd {
+                break;
+            }
+            // A resumed RDMA Read asks for one window of responses at a time, the next only
+            // once the last has arrived (see `send_one`).
+            if slot.started && slot.read_done > 0 && !slot.done && self.next_psn != self.una {
                 break;
             }
             let mut no_credit = false;
@@ -694,15 +700,35 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 let k = k.max(slot.read_done / mtu).min(n.saturating_sub(1));
                 h.bth.psn = Psn::new(slot.first_psn).add(k);
                 let off = k.saturating_mul(mtu).min(slot.len);
+                // A read the responder has begun to answer (responses arrived) is resumed a
+                // window at a time: the responder answers a duplicate request with the length it
+                // names (IBA 9.7.5.1.5; rdma_rxe does too), and a full-length request per retry
+                // would queue another whole read behind the responses still on their way, which
+                // on a slow or reordering path only begets more retries. A read with no response
+                // yet is asked for whole: the responder may never have seen it, and a shorter new
+                // request would be a different message to it.
+                let mut want = slot.len.saturating_sub(off);
+                if slot.read_done > 0 {
+                    want = want.min(self.cwnd.max(1).saturating_mul(mtu));
+                }
                 h.bth.opcode = Opcode::RcRdmaReadRequest;
                 h.reth = Some(Reth {
                     va: wr.remote_addr.wrapping_add(u64::from(off)),
                     rkey: wr.rkey,
-                    dma_len: slot.len.saturating_sub(off),
+                    dma_len: want,
                 });
                 h.bth.ack_req = true;
-                advance_psn = n.saturating_sub(k).max(1);
-                wqe_done_sending = true;
+                let end = off.saturating_add(want);
+                advance_psn = if end >= slot.len {
+                    n.saturating_sub(k).max(1)
+                } else {
+                    want.div_ceil(mtu).max(1)
+                };
+                wqe_done_sending = end >= slot.len;
+                let c = self.send;
+                if let Some(s) = self.slot_mut(c) {
+                    s.read_end = if end >= s.len { 0 } else { end };
+                }
             }
             SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => {
                 let (opcode, swap_add, compare) = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
@@ -853,7 +879,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             self.send = self.send.wrapping_add(1);
             self.send_pkt = 0;
         } else {
-            self.send_pkt = k.saturating_add(1);
+            self.send_pkt = k.saturating_add(advance_psn);
         }
         stop
     }

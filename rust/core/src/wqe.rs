@@ -292,6 +292,9 @@ pub struct SendSlot {
     pub done: bool,
     /// Bytes of read response received so far.
     pub read_done: u32,
+    /// Where the responses to the last RDMA Read request sent end (bytes from the start; 0 for
+    /// the whole read). A resumed read asks for one window of it at a time.
+    pub read_end: u32,
     /// Completion status if the WQE failed (0 = success).
     pub status: u32,
 }
@@ -307,6 +310,7 @@ impl Default for SendSlot {
             started: false,
             done: false,
             read_done: 0,
+            read_end: 0,
             status: 0,
         }
     }

@@ -276,7 +276,9 @@ fn requester_resumes_a_partially_answered_read_from_the_first_missing_response()
     let p = d.take(0);
     let reth = p[0].0.reth.expect("RETH");
     assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A + 1));
-    assert_eq!((reth.va, reth.dma_len), (RMT_VA + MTU as u64, 600 - MTU));
+    // After a timeout the window is one packet: the resumed read asks for one response's
+    // worth, the rest once that arrived.
+    assert_eq!((reth.va, reth.dma_len), (RMT_VA + MTU as u64, MTU));
     for (h, pl, port) in p {
         d.deliver(1, &h, &pl, port);
     }
@@ -285,6 +287,60 @@ fn requester_resumes_a_partially_answered_read_from_the_first_missing_response()
     assert_eq!(
         d.e[0].mem.0.borrow().read(DST, DST_VA, 600).expect("r"),
         vec![3u8; 600]
+    );
+    assert_eq!(
+        d.e[0].qp.counters().sq.retries,
+        1,
+        "the second window is no retry"
+    );
+}
+
+/// A read the responder has begun to answer resumes a window at a time, each window a
+/// duplicate request naming just its part (the responder answers with First..Last for it), the
+/// next only once the previous one has arrived; the data lands in place.
+#[test]
+fn requester_resumes_a_read_one_window_at_a_time() {
+    let mut d = Duo::new(Opts::default());
+    d.pump();
+    let data: Vec<u8> = (0..20 * MTU).map(|i| (i * 7 % 251) as u8).collect();
+    fill(&d.e[1].mem, RMT, RMT_VA, &data);
+    d.post(0, read_wr(1, 20 * MTU)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    d.progress(1);
+    let r = d.take(1);
+    assert_eq!(r.len(), 20);
+    d.deliver(0, &r[0].0, &r[0].1, 1); // the first response arrives, the rest are lost
+    d.fire(0, Timer::Retransmit);
+    let mut asked = Vec::new();
+    for _ in 0..20 {
+        d.progress(0);
+        let p = d.take(0);
+        if p.is_empty() {
+            break;
+        }
+        assert_eq!(p.len(), 1, "one request at a time");
+        let reth = p[0].0.reth.expect("RETH");
+        asked.push((p[0].0.bth.psn.value() - PSN_A, reth.dma_len / MTU));
+        for (h, pl, port) in p {
+            d.deliver(1, &h, &pl, port);
+        }
+        d.progress(1);
+        for (h, pl, port) in d.take(1) {
+            d.deliver(0, &h, &pl, port);
+        }
+    }
+    // Windows of 1, 2, 4 and 8 responses (each answered window widens it), then the rest.
+    assert_eq!(asked, [(1, 1), (2, 2), (4, 4), (8, 8), (16, 4)]);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(
+        d.e[0]
+            .mem
+            .0
+            .borrow()
+            .read(DST, DST_VA, data.len() as u64)
+            .expect("r"),
+        data
     );
 }
 
