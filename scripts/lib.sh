@@ -15,9 +15,11 @@ if [ "$RVRDMA_DEBUG" = 1 ]; then
 	RVRDMA_VARIANT=debug
 	RVRDMA_LLVM=-19 # KASAN with Rust needs a clang-built kernel
 	# KASAN, lockdep and kmemleak under TCG run 5 to 20 times slower: longer waits and limits
-	# (each still overridable).
+	# (each still overridable), and a Local ACK Timeout for the QPs the tests make of 1.07 s
+	# (exponent 18) instead of 67 ms (14), which a kernel that slow cannot always answer within.
 	: "${RVRDMA_WAIT:=120}" "${RVRDMA_TEST_TIMEOUT:=1500}" "${RVRDMA_GUEST_TIMEOUT:=14400}"
-	export RVRDMA_WAIT RVRDMA_TEST_TIMEOUT RVRDMA_GUEST_TIMEOUT
+	: "${RVRDMA_ACK_TIMEOUT:=18}"
+	export RVRDMA_WAIT RVRDMA_TEST_TIMEOUT RVRDMA_GUEST_TIMEOUT RVRDMA_ACK_TIMEOUT
 else
 	RVRDMA_VARIANT=release
 	RVRDMA_LLVM=

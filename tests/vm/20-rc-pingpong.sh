@@ -44,6 +44,14 @@ main() {
 	for mtu in "${mtus[@]}"; do
 		for s in "${sizes[@]}"; do
 			n=$(pp_iters "$s")
+			if [ "$s" -gt 65536 ] && [ "${RVRDMA_ACK_TIMEOUT:-14}" -gt 14 ]; then
+				# A kernel that needs a longer Local ACK Timeout (the debug variant) cannot
+				# give ibv_rc_pingpong one: it is fixed at 67 ms (14).
+				why="ibv_rc_pingpong's Local ACK Timeout is fixed at 14, this kernel needs $RVRDMA_ACK_TIMEOUT"
+				ktap_test_skip "smoke: ibv_rc_pingpong size $s mtu $mtu, server rvB: $why"
+				ktap_test_skip "smoke: ibv_rc_pingpong size $s mtu $mtu, server rvA: $why"
+				continue
+			fi
 			check "smoke: ibv_rc_pingpong size $s mtu $mtu completes, server rvB" \
 				pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -s "$s" -m "$mtu" -n "$n"
 			check "smoke: ibv_rc_pingpong size $s mtu $mtu completes, server rvA" \

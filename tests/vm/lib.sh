@@ -414,7 +414,7 @@ pp_run() { ex_run -g /dev/stdout "$@"; }
 pf_run() {
 	local prog=$1
 	shift
-	ex_run -x "${PF_SERVER_OUT:-/dev/null}" "$prog" "$@" -F
+	ex_run -x "${PF_SERVER_OUT:-/dev/null}" "$prog" "$@" -F ${RVRDMA_ACK_TIMEOUT:+-u "$RVRDMA_ACK_TIMEOUT"}
 }
 
 # ex_run GIDFLAG SERVER_OUT PROG SDEV SADDR CDEV CADDR [ARGS...]: what pp_run and pf_run share.

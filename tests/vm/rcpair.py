@@ -15,6 +15,9 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+# The Local ACK Timeout exponent of the QPs made here (4.096 us * 2^14 = 67 ms, as the stock
+# tools use); a slower kernel (the debug variant) sets a longer one.
+ACK_TIMEOUT = int(os.environ.get("RVRDMA_ACK_TIMEOUT", "14"))
 
 
 def event_fds():
@@ -112,11 +115,12 @@ class Qp:
                 e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
         self.qp.modify(a, mask | (extra(a) if extra else 0))
 
-    def to_rts(self, timeout=14, retry_cnt=7, rnr_retry=7, extra=None):
-        """RTR -> RTS; `extra` as for `to_rtr`."""
+    def to_rts(self, timeout=None, retry_cnt=7, rnr_retry=7, extra=None):
+        """RTR -> RTS; `extra` as for `to_rtr`. `timeout` is the Local ACK Timeout exponent
+        (default: $RVRDMA_ACK_TIMEOUT, else 14 = 67 ms)."""
         a = QPAttr()
         a.qp_state = e.IBV_QPS_RTS
-        a.timeout = timeout
+        a.timeout = ACK_TIMEOUT if timeout is None else timeout
         a.retry_cnt = retry_cnt
         a.rnr_retry = rnr_retry
         a.sq_psn = 0
