@@ -16,6 +16,10 @@
     dead_code,
     unused_imports,
     clippy::all,
+    clippy::as_underscore,
+    clippy::cast_lossless,
+    clippy::ptr_as_ptr,
+    clippy::ref_as_ptr,
     clippy::undocumented_unsafe_blocks
 )]
 

@@ -5,7 +5,7 @@
 
 #[kernel::prelude::kunit_tests(rvrdma_core)]
 mod tests {
-    use crate::crc32::crc32_le;
+    use crate::net::crc32::crc32_le;
     use crate::rvcore::{credit, icrc, psn::Psn, wire};
 
     /// The core's table-driven CRC-32 equals the kernel's `crc32_le` (what rxe uses).

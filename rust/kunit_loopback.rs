@@ -262,8 +262,7 @@ fn pump(n: &mut [Node; 2]) -> usize {
     let mut moved = 0;
     for _round in 0..1000 {
         let mut any = false;
-        for i in 0..2 {
-            let q = &mut n[i];
+        for q in n.iter_mut() {
             q.qp.progress(0, 64, &mut q.mem, &mut q.out);
         }
         for from in 0..2 {

@@ -4,13 +4,13 @@
 //!
 //! `rdma link add NAME type rvrdma netdev DEV` creates an ib device with one port on `DEV`.
 //! The protocol (the RC transport of the IBA spec) lives in [`rvcore`], a pure Rust engine shared
-//! with a host crate; the `ib` and `net` modules hold every `unsafe` block, and `driver` is safe
-//! Rust above them.
+//! with a host crate that forbids `unsafe`. The `ib`, `net` and `sync` modules wrap the kernel's C
+//! interfaces and hold the `unsafe` code (besides one call in the KUnit glue); `driver`, the
+//! device itself, is safe Rust above them (`#![deny(unsafe_code)]`).
 
 use kernel::prelude::*;
 
 pub mod bindings;
-pub mod crc32;
 pub mod driver;
 pub mod errno;
 pub mod ib;
@@ -47,7 +47,7 @@ struct DeviceTeardown;
 
 impl Drop for DeviceTeardown {
     fn drop(&mut self) {
-        driver::registry::unregister_all();
+        ib::registry::unregister_all();
     }
 }
 
@@ -70,7 +70,7 @@ struct RvrdmaModule {
 
 impl kernel::InPlaceModule for RvrdmaModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        driver::registry::init();
+        ib::registry::init();
         driver::datapath::rx_init();
         try_pin_init!(Self {
             queue: sync::workqueue::ModuleQueue::new()?,

@@ -1,26 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The per-device state the datapath shares between verbs, work items and timers: the QP
-//! table, the MR table, the receive queue and its work item, and the counters.
+//! The per-device state the datapath shares between verbs, work items, timers and the receive
+//! path: the port netdevs, the QP table, the MR table and the counters.
 //!
-//! Receive path: the UDP tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to
-//! [`rx_hook`], which finds the device by the packet's ingress netdev and handles the packet
-//! right there, as rdma_rxe does: parse, check the ICRC, find the QP and run the protocol core
-//! under the QP lock (no work-item hop per packet, which costs latency).
+//! Receive path: each device's [`DevShared`] is an [`RxListener`] of the UDP tunnel. Its
+//! `encap_rcv` (softirq) hands every RoCEv2 packet to the listener whose port netdev it arrived
+//! on, which handles it right there, as rdma_rxe does ([`super::receive::packet`]): parse,
+//! check the ICRC, find the QP and run the protocol core under the QP lock (no work-item hop
+//! per packet, which costs latency).
 
 use super::counters::Counters;
 use super::memory::MrTable;
 use super::qp::QpShared;
 use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::skb::Skb;
-use crate::sync::irq_spinlock::{IrqSpinLock, IrqSpinLockBackend};
-use kernel::{
-    prelude::*,
-    sync::{
-        lock::{GlobalLock, GlobalLockBackend},
-        Arc, LockClassKey,
-    },
-};
+use crate::net::udp_tunnel::{self, RxListener};
+use crate::sync::irq_spinlock::IrqSpinLock;
+use kernel::{prelude::*, sync::Arc};
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
 pub const FIRST_QPN: u32 = 16;
@@ -135,69 +131,28 @@ impl DevShared {
     /// Stops the receive path of this device: it no longer gets packets, and the ones being
     /// handled are done when this returns. Process context.
     pub fn shutdown(self: &Arc<Self>) {
-        rx_unlisten(self);
+        udp_tunnel::unlisten(&**self);
         // Packets are handled inside the UDP layer's RCU read-side section.
         crate::sync::rcu::synchronize();
     }
 }
 
-/// The devices the receive hook dispatches to.
-enum RxDevices {}
-
-impl GlobalLockBackend for RxDevices {
-    const NAME: &'static CStr = c"rvrdma_rx_devices";
-    type Item = KVec<Arc<DevShared>>;
-    type Backend = IrqSpinLockBackend;
-
-    fn get_lock_class() -> Pin<&'static LockClassKey> {
-        kernel::static_lock_class!()
-    }
-}
-
-// SAFETY: initialised by `rx_init` in the module initialiser, before any use; `RxDevices` is
-// used by this lock only.
-static RX_DEVICES: GlobalLock<RxDevices> = unsafe { GlobalLock::new(KVec::new()) };
-
-/// Initialises the receive dispatch; call once in module init, before any device exists.
+/// Installs the receive dispatch; call once in module init, before any device exists.
 pub fn rx_init() {
-    // SAFETY: called exactly once, first thing, before any other use of `RX_DEVICES`.
-    unsafe { RX_DEVICES.init() };
-    crate::net::udp_tunnel::set_rx_hook(rx_hook);
+    udp_tunnel::rx_init();
 }
 
 /// Makes `dev` receive packets arriving on its ports.
 pub fn rx_listen(dev: &Arc<DevShared>) -> Result {
-    let mut l = RX_DEVICES.lock();
-    l.push(dev.clone(), GFP_ATOMIC)?;
-    Ok(())
+    udp_tunnel::listen(dev.clone())
 }
 
-fn rx_unlisten(dev: &Arc<DevShared>) {
-    let removed = {
-        let mut l = RX_DEVICES.lock();
-        let i = l.iter().position(|d| core::ptr::eq(&**d, &**dev));
-        i.map(|i| l.remove(i))
-    };
-    // Dropped here, outside the lock.
-    drop(removed);
-    let mut l = RX_DEVICES.lock();
-    if l.is_empty() {
-        // Free the storage: the static is never dropped.
-        *l = KVec::new();
+impl RxListener for DevShared {
+    fn accepts(&self, skb: &Skb) -> bool {
+        self.ports.iter().any(|p| skb.came_from(p))
     }
-}
 
-/// The UDP tunnel's receive hook (softirq): handle the packet for the device it arrived on.
-fn rx_hook(skb: Skb) {
-    let dev = {
-        let l = RX_DEVICES.lock();
-        l.iter()
-            .find(|d| d.ports.iter().any(|p| skb.came_from(p)))
-            .cloned()
-    };
-    match dev {
-        Some(d) => super::receive::packet(&d, skb),
-        // Not ours (e.g. a netdev without an rvrdma device): drop.
-        None => drop(skb),
+    fn receive(&self, skb: Skb) {
+        super::receive::packet(self, skb);
     }
 }

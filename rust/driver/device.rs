@@ -4,8 +4,9 @@
 
 use super::datapath::{self, DevShared};
 use super::memory::{MrTable, MAX_MRS};
-use super::registry;
-use crate::bindings as b;
+use crate::ib::attrs::{
+    AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
+};
 use crate::ib::device::{Device, IbDriver};
 use crate::net::netdev::{NetDev, NetDevRef};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -13,7 +14,7 @@ use kernel::{prelude::*, sync::Arc};
 
 /// The ib driver id user space sees. rdma-core's rxe provider matches devices by this id, so
 /// stock rdma-core drives rvrdma through the rxe user ABI (see README, "Provider matching").
-pub const DRIVER_ID: b::rdma_driver_id = b::rdma_driver_id_RDMA_DRIVER_RXE;
+pub const DRIVER_ID: DriverId = DriverId::Rxe;
 /// The rxe user ABI version rvrdma speaks.
 pub const UVERBS_ABI_VER: u32 = 2;
 
@@ -115,95 +116,87 @@ impl RvrDevice {
     }
 }
 
-/// The IB MTU enum for a netdev MTU.
-fn ib_mtu_for(netdev_mtu: u32) -> b::ib_mtu {
-    let payload = netdev_mtu.saturating_sub(ROCE_OVERHEAD);
-    let payload = i32::try_from(payload).unwrap_or(i32::MAX);
-    // SAFETY: pure function of its argument.
-    let mtu = unsafe { b::rvr_ib_mtu_int_to_enum(payload) };
-    mtu
+/// The IB MTU for a netdev MTU.
+fn ib_mtu_for(netdev_mtu: u32) -> IbMtu {
+    IbMtu::at_most(netdev_mtu.saturating_sub(ROCE_OVERHEAD))
 }
 
 impl IbDriver for RvrDevice {
-    fn query_device(dev: &Device<Self>, a: &mut b::ib_device_attr) -> Result {
+    fn query_device(dev: &Device<Self>) -> Result<DeviceAttr> {
         let guid = dev.netdev(1).map(|n| n.eui64()).unwrap_or(0);
-        a.fw_ver = 0;
-        a.sys_image_guid = guid;
-        a.max_mr_size = u64::MAX;
-        a.page_size_cap = 0xffff_f000;
-        a.vendor_id = 0x00ff_ffff;
-        a.vendor_part_id = 0x5256; // "RV"
-        a.hw_ver = 0;
-        a.max_qp = datapath::MAX_QPS as i32;
-        a.max_qp_wr = 0x4000;
-        // Automatic Path Migration works between the ports of a two-port device (issue 5). On a
-        // RoCE port ib_core loads an alternate path only for a device with this flag, and only
-        // with kernel/patches/0001 applied (README, "Path migration").
-        a.device_cap_flags = (b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
-            | b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID
-            | b::ib_device_cap_flags_IB_DEVICE_AUTO_PATH_MIG) as u64;
-        a.kernel_cap_flags = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
-        a.max_send_sge = super::qp::MAX_SGE as i32;
-        a.max_recv_sge = super::qp::MAX_SGE as i32;
-        a.max_sge_rd = super::qp::MAX_SGE as i32;
-        a.max_cq = 0x4000;
-        a.max_cqe = super::cq::MAX_CQE as i32;
-        a.max_mr = MAX_MRS as i32;
-        a.max_pd = 0x7ff0;
-        a.max_qp_rd_atom = 16;
-        a.max_res_rd_atom = 0x1_0000;
-        a.max_qp_init_rd_atom = 16;
-        a.atomic_cap = b::ib_atomic_cap_IB_ATOMIC_HCA;
-        a.max_ah = 0x7fff;
-        a.max_srq = 0x400;
-        a.max_srq_wr = 0x4000;
-        a.max_srq_sge = 27;
-        a.max_fast_reg_page_list_len = 512;
-        a.max_pkeys = 1;
-        a.local_ca_ack_delay = 15;
-        Ok(())
+        Ok(DeviceAttr {
+            fw_ver: 0,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            page_size_cap: 0xffff_f000,
+            vendor_id: 0x00ff_ffff,
+            vendor_part_id: 0x5256, // "RV"
+            hw_ver: 0,
+            max_qp: datapath::MAX_QPS as i32,
+            max_qp_wr: 0x4000,
+            // Automatic Path Migration works between the ports of a two-port device. On a RoCE
+            // port ib_core loads an alternate path only for a device with this flag, and only
+            // with kernel/patches/0001 applied (README, "Path migration").
+            device_cap_flags: DeviceAttr::CAP_PORT_ACTIVE_EVENT
+                | DeviceAttr::CAP_SYS_IMAGE_GUID
+                | DeviceAttr::CAP_AUTO_PATH_MIG,
+            kernel_cap_flags: DeviceAttr::KCAP_ALLOW_USER_UNREG,
+            max_send_sge: super::qp::MAX_SGE as i32,
+            max_recv_sge: super::qp::MAX_SGE as i32,
+            max_sge_rd: super::qp::MAX_SGE as i32,
+            max_cq: 0x4000,
+            max_cqe: super::cq::MAX_CQE as i32,
+            max_mr: MAX_MRS as i32,
+            max_pd: 0x7ff0,
+            max_qp_rd_atom: 16,
+            max_res_rd_atom: 0x1_0000,
+            max_qp_init_rd_atom: 16,
+            atomic_cap: AtomicCap::Hca,
+            max_ah: 0x7fff,
+            max_srq: 0x400,
+            max_srq_wr: 0x4000,
+            max_srq_sge: 27,
+            max_fast_reg_page_list_len: 512,
+            max_pkeys: 1,
+            local_ca_ack_delay: 15,
+        })
     }
 
-    fn query_port(dev: &Device<Self>, port: u32, a: &mut b::ib_port_attr) -> Result {
+    fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr> {
         dev.data().port(port)?;
         let ndev = dev.netdev(port).ok_or(ENODEV)?;
         let state = ndev.ib_port_state();
-        a.state = state;
-        a.phys_state = if state == b::ib_port_state_IB_PORT_ACTIVE {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
+        let phys_state = if state == PortState::Active {
+            PhysPortState::LinkUp
         } else if ndev.is_up() {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_POLLING as u8
+            PhysPortState::Polling
         } else {
-            b::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
+            PhysPortState::Disabled
         };
-        a.max_mtu = b::ib_mtu_IB_MTU_4096;
-        a.active_mtu = ib_mtu_for(ndev.mtu());
-        a.phys_mtu = ndev.mtu();
-        a.gid_tbl_len = GID_TABLE_LEN;
-        a.set_ip_gids(1);
-        a.port_cap_flags = b::ib_port_capability_mask_bits_IB_PORT_CM_SUP
-            | b::ib_port_capability_mask_bits_IB_PORT_AUTO_MIGR_SUP;
-        a.max_msg_sz = MAX_MSG_SIZE;
-        a.pkey_tbl_len = 1;
-        a.max_vl_num = 1;
-        let mut speed: u16 = 0;
-        let mut width: u8 = 0;
-        // SAFETY: the device is live and registered; both outputs are valid for writes.
-        let ret = unsafe { b::ib_get_eth_speed(dev.as_raw(), port, &mut speed, &mut width) };
-        if ret == 0 {
-            a.active_speed = speed;
-            a.active_width = width;
-        }
-        Ok(())
+        Ok(PortAttr {
+            state,
+            phys_state,
+            max_mtu: IbMtu::Mtu4096,
+            active_mtu: ib_mtu_for(ndev.mtu()),
+            phys_mtu: ndev.mtu(),
+            gid_tbl_len: GID_TABLE_LEN,
+            ip_gids: true,
+            port_cap_flags: PortAttr::CAP_CM_SUP | PortAttr::CAP_AUTO_MIGR_SUP,
+            max_msg_sz: MAX_MSG_SIZE,
+            pkey_tbl_len: 1,
+            max_vl_num: 1,
+            speed: dev.eth_speed(port),
+        })
     }
 
-    fn port_immutable(dev: &Device<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result {
+    fn port_immutable(dev: &Device<Self>, port: u32) -> Result<PortImmutable> {
         dev.data().port(port)?;
-        imm.core_cap_flags = b::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
-        imm.pkey_tbl_len = 1;
-        imm.gid_tbl_len = GID_TABLE_LEN;
-        imm.max_mad_size = b::IB_MGMT_MAD_SIZE;
-        Ok(())
+        Ok(PortImmutable {
+            core_cap_flags: PortImmutable::CORE_ROCE_UDP_ENCAP,
+            pkey_tbl_len: 1,
+            gid_tbl_len: GID_TABLE_LEN,
+            max_mad_size: PortImmutable::MGMT_MAD_SIZE,
+        })
     }
 
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16> {
@@ -219,14 +212,13 @@ impl IbDriver for RvrDevice {
     }
 
     fn allocated(dev: &Device<Self>) -> Result {
-        registry::add(dev)?;
         datapath::rx_listen(&dev.data().shared)
     }
 
     fn dealloc(dev: &Device<Self>) {
-        // ib_core destroyed every QP before this; stop receiving and drain the receive work.
+        // ib_core destroyed every QP before this; stop receiving, and wait for the packets
+        // being handled.
         dev.data().shared.shutdown();
-        registry::remove(dev);
         pr_debug!("{}: released\n", dev.name());
     }
 }

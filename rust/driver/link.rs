@@ -33,7 +33,7 @@ impl LinkDriver for RvrLink {
             pr_err!("{} already has an RDMA device\n", ndev.name());
             return Err(EEXIST);
         }
-        // A second `rdma link add` naming an existing rvrdma device adds port 2 (issue 5).
+        // A second `rdma link add` naming an existing rvrdma device adds port 2.
         if let Some(found) = registry::with_device_named(name, |dev| {
             let d = dev.data();
             if d.nports() as usize >= MAX_PORTS {

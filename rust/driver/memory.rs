@@ -16,7 +16,6 @@
 //! `UmemPages` signals a completion when dropped, in any context) and only then unpins. So the
 //! last reference may drop anywhere, with IRQs off too: dropping an `RvrMr` never sleeps.
 
-use crate::bindings as b;
 use crate::ib::{
     mr::{KernelMemory, PageList},
     umem::UmemPages,
@@ -512,5 +511,5 @@ impl Memory for QpMemory<'_> {
 /// flush, which rvrdma does not offer).
 pub const ACCESS_SUPPORTED_MR: u32 = ACCESS_LOCAL_WRITE
     | ACCESS_REMOTE
-    | b::ib_access_flags_IB_ACCESS_MW_BIND
-    | b::ib_access_flags_IB_ACCESS_OPTIONAL;
+    | crate::ib::mr::ACCESS_MW_BIND
+    | crate::ib::mr::ACCESS_OPTIONAL;

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rvrdma's driver code: safe Rust above the `ib` and `net` abstractions.
+//!
+//! No `unsafe` here (enforced below): every raw pointer, C structure and global that needs one
+//! lives in [`crate::ib`], [`crate::net`] or [`crate::sync`].
+
+#![deny(unsafe_code)]
 
 pub mod ah;
 pub mod counters;

@@ -17,12 +17,14 @@ use super::memory::QpMemory;
 use super::srq::SrqShared;
 use super::transport::{self, QpOut, RouteCache};
 use super::user_wqe::{self, WqeError};
-use crate::bindings as b;
 use crate::ib::{
     cq::WcQp,
     device::Device,
     pd::Pd,
-    qp::{ModifyAttr, QpHandle, QpInitAttr, QpVerbs, RecvWrList, SendWrList},
+    qp::{
+        ModifyAttr, QpCap, QpHandle, QpInitAttr, QpQuery, QpType as IbQpType, QpVerbs, RecvWrList,
+        SendWrList,
+    },
     queue::{Ring, RingDir},
     uabi::CreateQpResp,
     udata::Udata,
@@ -35,7 +37,7 @@ use crate::rvcore::qp::{Qp, QpAttrs, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
 use crate::rvcore::wire::{bth::RawBth, Headers};
-use crate::rvcore::wqe::{RecvSlot, SendFlags, SendSlot, SgList, Sge};
+use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, SgList, Sge};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{
@@ -398,8 +400,7 @@ impl QpShared {
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
         let need_route = out.need_route;
-        drop(out);
-        drop(mem);
+        // `out` and `mem` borrow `inner`: their last use is above.
         // Poll the user rings while the peer may be stalled for credits or the QP must
         // flush what user space posts in Error.
         if self.needs_ring_poll(inner) {
@@ -496,6 +497,11 @@ impl QpShared {
         let sig_all = self.sig_all;
         self.post_kernel(|core, out| {
             while let Some(mut wr) = wrs.next_wr()? {
+                if wr.opcode == SendOpcode::RegMr {
+                    // Fast registration needs the MR's handle, which the converted WR does
+                    // not carry: not offered to kernel callers yet.
+                    return Err(EINVAL);
+                }
                 if sig_all {
                     wr.flags.0 |= SendFlags::SIGNALED;
                 }
@@ -531,7 +537,7 @@ fn pull_recv(
     max_sge: usize,
     out: &mut QpOut<'_>,
 ) {
-    let cap = rq.capacity() as u64;
+    let cap = u64::from(rq.capacity());
     while core.rq_logic().outstanding() < cap {
         let Some(e) = elem.get_mut(..rq.elem_size()) else {
             break;
@@ -563,7 +569,7 @@ fn pull_send(
     qp: &QpShared,
     out: &mut QpOut<'_>,
 ) -> Result {
-    let cap = sq.capacity() as u64;
+    let cap = u64::from(sq.capacity());
     while core.sq_logic().outstanding() < cap {
         let Some(e) = elem.get_mut(..sq.elem_size()) else {
             break;
@@ -657,7 +663,7 @@ impl QpVerbs for RvrDevice {
         if init.create_flags() != 0 {
             return Err(crate::errno::eopnotsupp());
         }
-        if init.qp_type() != b::ib_qp_type_IB_QPT_RC {
+        if init.qp_type() != Some(IbQpType::Rc) {
             // UC, UD and the GSI QP come later.
             return Err(crate::errno::eopnotsupp());
         }
@@ -667,17 +673,7 @@ impl QpVerbs for RvrDevice {
         }
         let dev = pd.device();
         let shared = dev.data().shared.clone();
-        let cap = {
-            let c = init.cap();
-            b::ib_qp_cap {
-                max_send_wr: c.max_send_wr,
-                max_recv_wr: c.max_recv_wr,
-                max_send_sge: c.max_send_sge,
-                max_recv_sge: c.max_recv_sge,
-                max_inline_data: c.max_inline_data,
-                max_rdma_ctxs: c.max_rdma_ctxs,
-            }
-        };
+        let cap = init.cap();
         if cap.max_send_wr == 0
             || cap.max_send_wr > MAX_QP_WR
             || cap.max_recv_wr > MAX_QP_WR
@@ -702,7 +698,7 @@ impl QpVerbs for RvrDevice {
 
         let (sq_ring, rq_ring, resp) = match udata {
             Some(u) => {
-                if u.inlen() != 0 || u.outlen() < size_of::<b::rxe_create_qp_resp>() {
+                if u.inlen() != 0 || u.outlen() < size_of::<CreateQpResp>() {
                     return Err(EINVAL);
                 }
                 let (sq, sq_mi) = Ring::new_user(u, RingDir::FromUser, sq_depth, sq_elem)?;
@@ -798,12 +794,14 @@ impl QpVerbs for RvrDevice {
                 GFP_KERNEL,
             )
         })?;
-        let c = init.cap();
-        c.max_send_wr = sq_slots;
-        c.max_recv_wr = rq_slots;
-        c.max_send_sge = max_send_sge as u32;
-        c.max_recv_sge = max_recv_sge as u32;
-        c.max_inline_data = max_inline as u32;
+        init.set_cap(QpCap {
+            max_send_wr: sq_slots,
+            max_recv_wr: rq_slots,
+            max_send_sge: max_send_sge as u32,
+            max_recv_sge: max_recv_sge as u32,
+            max_inline_data: max_inline as u32,
+            max_rdma_ctxs: cap.max_rdma_ctxs,
+        });
         if let Some((u, resp)) = resp {
             if let Err(e) = u.respond(&resp) {
                 destroy(qp);
@@ -830,21 +828,21 @@ impl QpVerbs for RvrDevice {
         let qp = &qp.0;
         let current = qp.inner.lock().core.query();
         let (a, mask) = super::qp_attr::to_core(m, &current)?;
-        if mask.0 & b::ib_qp_attr_mask_IB_QP_AV != 0 {
-            if let Some(p) = &m.path {
+        if mask.contains(AttrMask::AV) {
+            if let Some(p) = m.path() {
                 let mtu = transport::port_mtu(&qp.dev, u8::try_from(p.port_num).unwrap_or(1));
                 let mut g = qp.inner.lock();
                 g.dmac[dmac_slot(p.port_num)] = p.dmac;
                 g.core.set_port_mtu(mtu);
             }
         }
-        if let Some(p) = &m.alt_path {
+        if let Some(p) = m.alt_path() {
             qp.inner.lock().dmac[dmac_slot(p.port_num)] = p.dmac;
         }
         let _ = dev;
         // Routes first: the transition may send at once (the unsolicited ACK that announces
         // the initial credits on entering RTR), and nothing under the QP lock may look one up.
-        if m.mask & (b::ib_qp_attr_mask_IB_QP_AV | b::ib_qp_attr_mask_IB_QP_ALT_PATH) != 0 {
+        if mask.intersects(AttrMask::AV.union(AttrMask::ALT_PATH)) {
             qp.look_up_routes([a.path, a.alt_path]);
         }
         let mut res = Ok(());
@@ -852,29 +850,26 @@ impl QpVerbs for RvrDevice {
         res
     }
 
-    fn query_qp(qp: &RvrQp, attr: &mut b::ib_qp_attr, init: &mut b::ib_qp_init_attr) -> Result {
+    fn query_qp(qp: &RvrQp) -> Result<QpQuery> {
         let qp = &qp.0;
         let g = qp.inner.lock();
         let a = g.core.query();
         let (pri, alt) = (a.path.port_num.into(), a.alt_path.port_num.into());
-        super::qp_attr::from_core(&a, g.dmac[dmac_slot(pri)], g.dmac[dmac_slot(alt)], attr);
-        let cap = b::ib_qp_cap {
-            max_send_wr: g.sq_depth,
-            max_recv_wr: g.rq_depth,
-            max_send_sge: qp.max_send_sge as u32,
-            max_recv_sge: qp.max_recv_sge as u32,
-            max_inline_data: qp.max_inline as u32,
-            max_rdma_ctxs: 0,
-        };
-        init.cap = b::ib_qp_cap { ..cap };
-        attr.cap = cap;
-        init.sq_sig_type = if qp.sig_all {
-            b::ib_sig_type_IB_SIGNAL_ALL_WR
-        } else {
-            b::ib_sig_type_IB_SIGNAL_REQ_WR
-        };
-        init.qp_type = b::ib_qp_type_IB_QPT_RC;
-        Ok(())
+        Ok(QpQuery {
+            attrs: a,
+            dmac: g.dmac[dmac_slot(pri)],
+            alt_dmac: g.dmac[dmac_slot(alt)],
+            cap: QpCap {
+                max_send_wr: g.sq_depth,
+                max_recv_wr: g.rq_depth,
+                max_send_sge: qp.max_send_sge as u32,
+                max_recv_sge: qp.max_recv_sge as u32,
+                max_inline_data: qp.max_inline as u32,
+                max_rdma_ctxs: 0,
+            },
+            sig_all: qp.sig_all,
+            qp_type: IbQpType::Rc,
+        })
     }
 
     fn destroy_qp(qp: RvrQp) {

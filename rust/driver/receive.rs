@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One received RoCEv2 packet, in the device's receive work: parse the IP and UDP headers,
-//! check the ICRC, decode the transport headers, find the QP and hand the packet to it.
-//! Anything malformed is counted and dropped: a remote peer can only make us drop packets.
+//! One received RoCEv2 packet, handled where it arrives: in softirq context, called by the UDP
+//! tunnel's receive hook for the device whose port netdev the packet came in on (see
+//! [`super::datapath`]). Parse the IP and UDP headers, check the ICRC, decode the transport
+//! headers, find the QP and hand the packet to it under the QP lock. Anything malformed is
+//! counted and dropped: a remote peer can only make us drop packets.
 
 use super::counters::Counters;
 use super::datapath::DevShared;
+use crate::net::roce::RoceRxError;
 use crate::net::skb::Skb;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::wire::{bth::RawBth, DecodeError, Headers};
 use core::sync::atomic::Ordering;
-use kernel::sync::Arc;
 
-/// Processes one packet queued for `dev`.
-pub fn packet(dev: &Arc<DevShared>, mut skb: Skb) {
+/// Processes one packet that arrived on a port of `dev` (softirq context).
+pub fn packet(dev: &DevShared, mut skb: Skb) {
     let c = &dev.counters;
     let Some(port) = dev
         .ports
@@ -26,12 +28,12 @@ pub fn packet(dev: &Arc<DevShared>, mut skb: Skb) {
     };
     let rx = match skb.parse_roce() {
         Ok(rx) => rx,
-        Err(e) => {
-            if e.to_errno() == -(crate::bindings::EBADMSG as i32) {
-                Counters::inc(&c.icrc_errors);
-            } else {
-                Counters::inc(&c.rx_malformed);
-            }
+        Err(RoceRxError::BadIcrc) => {
+            Counters::inc(&c.icrc_errors);
+            return;
+        }
+        Err(RoceRxError::Malformed(_) | RoceRxError::Skb(_)) => {
+            Counters::inc(&c.rx_malformed);
             return;
         }
     };

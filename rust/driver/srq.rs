@@ -8,12 +8,11 @@
 
 use super::device::RvrDevice;
 use super::user_wqe;
-use crate::bindings as b;
 use crate::ib::{
     pd::Pd,
     qp::RecvWrList,
     queue::{KernelRing, Ring, RingDir},
-    srq::{SrqHandle, SrqVerbs},
+    srq::{SrqAttr, SrqAttrMask, SrqHandle, SrqVerbs},
     uabi::CreateSrqResp,
     udata::Udata,
 };
@@ -108,7 +107,7 @@ impl SrqVerbs for RvrDevice {
 
     fn create_srq(
         pd: &Pd<Self>,
-        attr: &mut b::ib_srq_attr,
+        attr: &mut SrqAttr,
         handle: SrqHandle,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<RvrSrq> {
@@ -167,12 +166,12 @@ impl SrqVerbs for RvrDevice {
         Ok(RvrSrq(shared))
     }
 
-    fn modify_srq(srq: &RvrSrq, attr: &b::ib_srq_attr, mask: u32) -> Result {
-        if mask & b::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0 {
+    fn modify_srq(srq: &RvrSrq, attr: &SrqAttr, mask: SrqAttrMask) -> Result {
+        if mask.contains(SrqAttrMask::MAX_WR) {
             // Resizing needs the rxe ABI's out-of-band mmap info exchange: not offered.
             return Err(crate::errno::eopnotsupp());
         }
-        if mask & b::ib_srq_attr_mask_IB_SRQ_LIMIT != 0 {
+        if mask.contains(SrqAttrMask::LIMIT) {
             if attr.srq_limit > srq.0.capacity {
                 return Err(EINVAL);
             }
@@ -181,11 +180,12 @@ impl SrqVerbs for RvrDevice {
         Ok(())
     }
 
-    fn query_srq(srq: &RvrSrq, attr: &mut b::ib_srq_attr) -> Result {
-        attr.max_wr = srq.0.capacity;
-        attr.max_sge = srq.0.max_sge as u32;
-        attr.srq_limit = srq.0.inner.lock().limit;
-        Ok(())
+    fn query_srq(srq: &RvrSrq) -> Result<SrqAttr> {
+        Ok(SrqAttr {
+            max_wr: srq.0.capacity,
+            max_sge: srq.0.max_sge as u32,
+            srq_limit: srq.0.inner.lock().limit,
+        })
     }
 
     fn destroy_srq(srq: RvrSrq) {

@@ -8,27 +8,15 @@
 //! write are read; lengths are recomputed from the SGEs (older providers write wrong
 //! `dma.length` values), and the provider's private fields (`ssn`, `state`, PSNs) are ignored.
 
+use crate::ib::uabi::{self, recv_wqe, send_wqe, sge};
 use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
 
 /// Size of `struct rxe_send_wqe` up to its SGE array / inline data.
-pub const SEND_WQE_HEADER: usize = 208;
+pub const SEND_WQE_HEADER: usize = uabi::SEND_WQE_SIZE;
 /// Size of `struct rxe_recv_wqe` up to its SGE array.
-pub const RECV_WQE_HEADER: usize = 40;
+pub const RECV_WQE_HEADER: usize = uabi::RECV_WQE_SIZE;
 /// Size of one `struct rxe_sge`.
-pub const SGE_SIZE: usize = 16;
-
-const OFF_WR_ID: usize = 0;
-const OFF_OPCODE: usize = 12;
-const OFF_SEND_FLAGS: usize = 16;
-const OFF_EX: usize = 20;
-const OFF_REMOTE_ADDR: usize = 24;
-const OFF_RDMA_RKEY: usize = 32;
-const OFF_ATOMIC_COMPARE_ADD: usize = 32;
-const OFF_ATOMIC_SWAP: usize = 40;
-const OFF_ATOMIC_RKEY: usize = 48;
-const OFF_SEND_DMA_LENGTH: usize = 184;
-const OFF_SEND_DMA_NUM_SGE: usize = 196;
-const OFF_RECV_DMA_NUM_SGE: usize = 28;
+pub const SGE_SIZE: usize = uabi::SGE_SIZE;
 
 /// Why a user WQE was refused (the WR completes in error: `IB_WC_LOC_QP_OP_ERR` for an
 /// opcode rvrdma does not offer, `IB_WC_LOC_LEN_ERR` for bad lengths).
@@ -64,9 +52,9 @@ fn sges_at(b: &[u8], off: usize, n: usize) -> Option<SgList> {
             return None;
         }
         *s = Sge {
-            addr: u64_at(b, o),
-            length: u32_at(b, o + 8),
-            lkey: u32_at(b, o + 12),
+            addr: u64_at(b, o + sge::ADDR),
+            length: u32_at(b, o + sge::LENGTH),
+            lkey: u32_at(b, o + sge::LKEY),
         };
     }
     SgList::from_slice(&sges[..n])
@@ -87,16 +75,17 @@ pub fn parse_send(
     max_sge: usize,
     max_inline: usize,
 ) -> Result<UserSend, (u64, WqeError)> {
-    let wr_id = u64_at(e, OFF_WR_ID);
-    let opcode = SendOpcode::from_u32(u32_at(e, OFF_OPCODE)).ok_or((wr_id, WqeError::Opcode))?;
+    let wr_id = u64_at(e, send_wqe::WR_ID);
+    let opcode =
+        SendOpcode::from_u32(u32_at(e, send_wqe::OPCODE)).ok_or((wr_id, WqeError::Opcode))?;
     if opcode == SendOpcode::RegMr {
         // Fast registration is a kernel-only operation.
         return Err((wr_id, WqeError::Opcode));
     }
-    let flags = u32_at(e, OFF_SEND_FLAGS);
+    let flags = u32_at(e, send_wqe::SEND_FLAGS);
     let mut wr = SendWr::new(wr_id, opcode);
     wr.flags = SendFlags(flags);
-    let ex = u32_at(e, OFF_EX);
+    let ex = u32_at(e, send_wqe::EX);
     match opcode {
         // `imm_data` is big-endian in the WQE; the core wants host order.
         SendOpcode::SendWithImm | SendOpcode::RdmaWriteWithImm => wr.imm = u32::from_be(ex),
@@ -104,17 +93,17 @@ pub fn parse_send(
         _ => {}
     }
     if opcode.is_write() || opcode == SendOpcode::RdmaRead {
-        wr.remote_addr = u64_at(e, OFF_REMOTE_ADDR);
-        wr.rkey = u32_at(e, OFF_RDMA_RKEY);
+        wr.remote_addr = u64_at(e, send_wqe::REMOTE_ADDR);
+        wr.rkey = u32_at(e, send_wqe::RDMA_RKEY);
     } else if opcode.is_atomic() {
-        wr.remote_addr = u64_at(e, OFF_REMOTE_ADDR);
-        wr.compare_add = u64_at(e, OFF_ATOMIC_COMPARE_ADD);
-        wr.swap = u64_at(e, OFF_ATOMIC_SWAP);
-        wr.rkey = u32_at(e, OFF_ATOMIC_RKEY);
+        wr.remote_addr = u64_at(e, send_wqe::REMOTE_ADDR);
+        wr.compare_add = u64_at(e, send_wqe::ATOMIC_COMPARE_ADD);
+        wr.swap = u64_at(e, send_wqe::ATOMIC_SWAP);
+        wr.rkey = u32_at(e, send_wqe::ATOMIC_RKEY);
     }
     let inline = flags & SendFlags::INLINE != 0 && !opcode.is_local();
     if inline {
-        let len = u32_at(e, OFF_SEND_DMA_LENGTH) as usize;
+        let len = u32_at(e, send_wqe::DMA_LENGTH) as usize;
         if len > max_inline || e.len() < SEND_WQE_HEADER + len {
             return Err((wr_id, WqeError::Length));
         }
@@ -123,7 +112,7 @@ pub fn parse_send(
             inline_len: Some(len),
         });
     }
-    let n = u32_at(e, OFF_SEND_DMA_NUM_SGE) as usize;
+    let n = u32_at(e, send_wqe::DMA_NUM_SGE) as usize;
     if n > max_sge.min(MAX_SGE) {
         return Err((wr_id, WqeError::Length));
     }
@@ -139,8 +128,8 @@ pub fn parse_send(
 
 /// Parses a copied `rxe_recv_wqe`.
 pub fn parse_recv(e: &[u8], max_sge: usize) -> Result<RecvWr, (u64, WqeError)> {
-    let wr_id = u64_at(e, OFF_WR_ID);
-    let n = u32_at(e, OFF_RECV_DMA_NUM_SGE) as usize;
+    let wr_id = u64_at(e, recv_wqe::WR_ID);
+    let n = u32_at(e, recv_wqe::DMA_NUM_SGE) as usize;
     if n > max_sge.min(MAX_SGE) {
         return Err((wr_id, WqeError::Length));
     }

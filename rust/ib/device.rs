@@ -7,6 +7,7 @@
 //! it may be unregistered by `rdma link delete`, by netdev removal or by module unload, and the
 //! driver data is dropped in the `dealloc_driver` callback, after which the memory is freed.
 
+use super::attrs::{DeviceAttr, DriverId, EthSpeed, PortAttr, PortImmutable};
 use crate::bindings as b;
 use crate::net::netdev::{NetDev, NetDevRef};
 use core::{marker::PhantomData, ptr::NonNull};
@@ -14,12 +15,12 @@ use kernel::{error::from_result, prelude::*, types::Opaque};
 
 /// What a driver implements to back an ib_device (driver code, safe Rust).
 pub trait IbDriver: Send + Sync + Sized + 'static {
-    /// Fills the device attributes (`ib_query_device`).
-    fn query_device(dev: &Device<Self>, attr: &mut b::ib_device_attr) -> Result;
-    /// Fills the attributes of port `port` (1-based).
-    fn query_port(dev: &Device<Self>, port: u32, attr: &mut b::ib_port_attr) -> Result;
-    /// Fills the immutable properties of port `port`.
-    fn port_immutable(dev: &Device<Self>, port: u32, imm: &mut b::ib_port_immutable) -> Result;
+    /// The device attributes (`ib_query_device`).
+    fn query_device(dev: &Device<Self>) -> Result<DeviceAttr>;
+    /// The attributes of port `port` (1-based).
+    fn query_port(dev: &Device<Self>, port: u32) -> Result<PortAttr>;
+    /// The immutable properties of port `port`.
+    fn port_immutable(dev: &Device<Self>, port: u32) -> Result<PortImmutable>;
     /// The net device of `port`, or `None` once it is unregistering (ib_core's `get_netdev`
     /// contract). rvrdma answers this itself instead of `ib_device_set_netdev()`, so that
     /// drivers looking devices up by netdev and driver id (rdma_rxe, which shares our driver id)
@@ -27,10 +28,12 @@ pub trait IbDriver: Send + Sync + Sized + 'static {
     fn get_netdev(dev: &Device<Self>, port: u32) -> Option<NetDevRef>;
     /// Returns entry `index` of port `port`'s P_Key table.
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
-    /// Called once the device is allocated and its data set, before it is registered; an error
-    /// aborts the registration (and [`IbDriver::dealloc`] is called).
+    /// Called once the device is allocated, its data set and the device listed in
+    /// [`super::registry`], before it is registered; an error aborts the registration (and
+    /// [`IbDriver::dealloc`] is called).
     fn allocated(dev: &Device<Self>) -> Result;
-    /// Called once when ib_core is done with the device, before the data is dropped.
+    /// Called once when ib_core is done with the device, before the device leaves
+    /// [`super::registry`] and its data is dropped.
     fn dealloc(dev: &Device<Self>);
 }
 
@@ -84,6 +87,21 @@ impl<T: IbDriver> Device<T> {
         unsafe { NetDevRef::from_raw_owned(b::ib_device_get_netdev(self.as_raw(), port)) }
     }
 
+    /// Keeps the device's memory alive past the current borrow (for unregistration).
+    pub fn pin(&self) -> PinnedDevice {
+        // SAFETY: `self` is a live device (type invariant) for the duration of this call.
+        unsafe { PinnedDevice::pin(NonNull::from(&self.0).cast()) }
+    }
+
+    /// The Ethernet speed and width of `port` (`ib_get_eth_speed`), `None` when unknown.
+    pub fn eth_speed(&self, port: u32) -> Option<EthSpeed> {
+        let mut speed: u16 = 0;
+        let mut width: u8 = 0;
+        // SAFETY: the device is live (type invariant); both outputs are valid for writes.
+        let ret = unsafe { b::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) };
+        (ret == 0).then_some(EthSpeed { speed, width })
+    }
+
     /// The device while it is registered: `None` before registration completes and once
     /// unregistration has begun.
     pub fn registered(&self) -> Option<Registered<'_, T>> {
@@ -135,7 +153,7 @@ pub struct DeviceParams<'a> {
     /// The node GUID (network byte order).
     pub node_guid: u64,
     /// The ib driver id reported to user space.
-    pub driver_id: b::rdma_driver_id,
+    pub driver_id: DriverId,
     /// The driver's uverbs ABI version.
     pub uverbs_abi_ver: u32,
 }
@@ -173,21 +191,23 @@ pub fn register<T: super::verbs::Verbs>(
         d.node_guid = p.node_guid;
         let desc = b"rvrdma\0";
         for (i, c) in desc.iter().enumerate() {
-            d.node_desc[i] = *c as _;
+            d.node_desc[i] = *c;
         }
         d.uverbs_cmd_mask |= (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
             | (1u64 << b::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
         let mut ops = Ops::<T>::TABLE;
         super::verbs::install::<T>(&mut ops);
         ops.owner = module.as_ptr();
-        ops.driver_id = p.driver_id;
+        ops.driver_id = p.driver_id.to_raw();
         ops.uverbs_abi_ver = p.uverbs_abi_ver;
         b::ib_set_device_ops(raw, &ops);
     }
 
     let result = (|| {
         // SAFETY: the data is initialised and the ops set (INVARIANT above).
-        T::allocated(unsafe { Device::from_raw(raw) })?;
+        let dev = unsafe { Device::<T>::from_raw(raw) };
+        super::registry::add(dev)?;
+        T::allocated(dev)?;
         // SAFETY: `raw` is fully set up; the name is NUL-terminated. With no DMA device,
         // ib_core uses the ib device itself (rvrdma moves data with the CPU).
         match unsafe { b::ib_register_device(raw, p.name.as_char_ptr(), core::ptr::null_mut()) } {
@@ -231,92 +251,6 @@ impl Drop for IbDeviceRef {
     }
 }
 
-/// The list of a driver's live devices, kept under a lock the driver owns.
-///
-/// # Invariants
-///
-/// Every entry is a device of driver `T` whose `dealloc_driver` has not yet returned: entries
-/// are added by [`IbDriver::allocated`] and removed by [`IbDriver::dealloc`] (both under the
-/// driver's lock around this registry), so an entry seen through `&self` is live with its data.
-pub struct Registry<T> {
-    list: KVec<NonNull<b::ib_device>>,
-    _t: PhantomData<T>,
-}
-
-// SAFETY: the entries are only identities; they are dereferenced under the owner's lock.
-unsafe impl<T> Send for Registry<T> {}
-
-impl<T: IbDriver> Registry<T> {
-    /// An empty registry.
-    ///
-    /// # Safety
-    ///
-    /// The driver must keep it behind a lock, call [`Registry::add`] from
-    /// [`IbDriver::allocated`] and [`Registry::remove`] from [`IbDriver::dealloc`] of every
-    /// device it registers, and never remove an entry otherwise.
-    pub const unsafe fn new() -> Self {
-        Self {
-            list: KVec::new(),
-            _t: PhantomData,
-        }
-    }
-
-    /// Records `dev` (from [`IbDriver::allocated`]).
-    pub fn add(&mut self, dev: &Device<T>) -> Result {
-        self.list.push(NonNull::from(&dev.0).cast(), GFP_KERNEL)?;
-        Ok(())
-    }
-
-    /// Forgets `dev` (from [`IbDriver::dealloc`]).
-    pub fn remove(&mut self, dev: &Device<T>) {
-        let raw = dev.as_raw();
-        if let Some(i) = self.list.iter().position(|e| e.as_ptr() == raw) {
-            let _ = self.list.remove(i);
-        }
-    }
-
-    /// The first device for which `pred` holds.
-    pub fn find(&self, pred: impl Fn(&Device<T>) -> bool) -> Option<&Device<T>> {
-        self.list
-            .iter()
-            .map(|e| {
-                // SAFETY: by the type invariant every entry is a live device of `T` with data,
-                // and stays so while `&self` (the lock) is held.
-                unsafe { Device::<T>::from_raw(e.as_ptr()) }
-            })
-            .find(|d| pred(d))
-    }
-
-    /// Keeps the last listed device's memory alive past the lock (for unregistration).
-    pub fn pin_last(&self) -> Option<PinnedDevice> {
-        let e = self.list.last()?;
-        // SAFETY: the entry is live (type invariant): a device of `T` with data.
-        Some(Self::pin(unsafe { Device::<T>::from_raw(e.as_ptr()) }))
-    }
-
-    /// Keeps `dev`'s memory alive past the lock (for unregistration).
-    pub fn pin(dev: &Device<T>) -> PinnedDevice {
-        // SAFETY: `dev` is live; `get_device` takes a kobject reference that keeps its memory
-        // allocated until `put_device`.
-        unsafe { b::rvr_ib_device_pin(dev.as_raw()) };
-        // INVARIANT: we hold a kobject reference.
-        PinnedDevice(NonNull::from(&dev.0).cast())
-    }
-
-    /// Frees the list's storage once it is empty (the registry of a module lives in a static,
-    /// which is never dropped: without this its buffer would leak at module unload).
-    pub fn release_storage(&mut self) {
-        if self.list.is_empty() {
-            self.list = KVec::new();
-        }
-    }
-
-    /// Whether `pinned` is still listed.
-    pub fn contains(&self, pinned: &PinnedDevice) -> bool {
-        self.list.iter().any(|e| *e == pinned.0)
-    }
-}
-
 /// A device whose memory is kept alive by a kobject reference (`put_device` on drop).
 ///
 /// # Invariants
@@ -325,6 +259,24 @@ impl<T: IbDriver> Registry<T> {
 pub struct PinnedDevice(NonNull<b::ib_device>);
 
 impl PinnedDevice {
+    /// Pins the memory of the device `dev`.
+    ///
+    /// # Safety
+    ///
+    /// `dev` must be a live `ib_device` for the duration of the call.
+    pub(super) unsafe fn pin(dev: NonNull<b::ib_device>) -> Self {
+        // SAFETY: `dev` is live (the caller's guarantee); `get_device` takes a kobject reference
+        // that keeps its memory allocated until `put_device`.
+        unsafe { b::rvr_ib_device_pin(dev.as_ptr()) };
+        // INVARIANT: we hold a kobject reference.
+        Self(dev)
+    }
+
+    /// The device's raw pointer, compared as an identity only.
+    pub(super) fn as_raw(&self) -> *mut b::ib_device {
+        self.0.as_ptr()
+    }
+
     /// Unregisters the device and waits until ib_core is done with it (no-op when it is
     /// already unregistered).
     pub fn unregister(&self) {
@@ -371,8 +323,10 @@ impl<T: IbDriver> Ops<T> {
         from_result(|| {
             // SAFETY: `udata` is NULL or valid per the callback contract.
             kernel::error::to_result(unsafe { b::rvr_ib_is_udata_in_empty(udata) })?;
-            // SAFETY: `ibdev` is ours and live; `attr` is valid and exclusively ours.
-            T::query_device(unsafe { Device::from_raw(ibdev) }, unsafe { &mut *attr })?;
+            // SAFETY: `ibdev` is ours and live.
+            let a = T::query_device(unsafe { Device::from_raw(ibdev) })?;
+            // SAFETY: `attr` is valid for writes and exclusively ours for the call.
+            a.write_to(unsafe { &mut *attr });
             // SAFETY: as above.
             kernel::error::to_result(unsafe { b::rvr_ib_respond_empty_udata(udata) })?;
             Ok(0)
@@ -388,10 +342,10 @@ impl<T: IbDriver> Ops<T> {
         attr: *mut b::ib_port_attr,
     ) -> c_int {
         from_result(|| {
-            // SAFETY: `ibdev` is ours and live; `attr` is valid and exclusively ours.
-            T::query_port(unsafe { Device::from_raw(ibdev) }, port, unsafe {
-                &mut *attr
-            })?;
+            // SAFETY: `ibdev` is ours and live.
+            let a = T::query_port(unsafe { Device::from_raw(ibdev) }, port)?;
+            // SAFETY: `attr` is valid for writes and exclusively ours for the call.
+            a.write_to(unsafe { &mut *attr });
             Ok(0)
         })
     }
@@ -405,10 +359,10 @@ impl<T: IbDriver> Ops<T> {
         imm: *mut b::ib_port_immutable,
     ) -> c_int {
         from_result(|| {
-            // SAFETY: `ibdev` is ours and live; `imm` is valid and exclusively ours.
-            T::port_immutable(unsafe { Device::from_raw(ibdev) }, port, unsafe {
-                &mut *imm
-            })?;
+            // SAFETY: `ibdev` is ours and live.
+            let i = T::port_immutable(unsafe { Device::from_raw(ibdev) }, port)?;
+            // SAFETY: `imm` is valid for writes and exclusively ours for the call.
+            i.write_to(unsafe { &mut *imm });
             Ok(0)
         })
     }
@@ -475,6 +429,7 @@ impl<T: IbDriver> Ops<T> {
         // SAFETY: `ibdev` is ours with initialised data (set before the ops).
         let dev = unsafe { Device::<T>::from_raw(ibdev) };
         T::dealloc(dev);
+        super::registry::remove(dev);
         // SAFETY: the data is initialised and ib_core never calls us again for this device;
         // it frees the memory after we return.
         unsafe {

@@ -4,6 +4,7 @@
 //! the verbs objects (PD, CQ, MR, QP, SRQ, AH).
 
 pub mod ah;
+pub mod attrs;
 pub mod cq;
 pub mod device;
 pub mod link;
@@ -13,6 +14,7 @@ pub(crate) mod object;
 pub mod pd;
 pub mod qp;
 pub mod queue;
+pub mod registry;
 pub mod srq;
 pub mod stats;
 pub mod uabi;

@@ -30,6 +30,11 @@ use core::{
 };
 use kernel::prelude::*;
 
+/// `IB_ACCESS_MW_BIND`: memory windows may be bound to the MR.
+pub const ACCESS_MW_BIND: u32 = b::ib_access_flags_IB_ACCESS_MW_BIND;
+/// `IB_ACCESS_OPTIONAL`: the range of access bits a device may ignore.
+pub const ACCESS_OPTIONAL: u32 = b::ib_access_flags_IB_ACCESS_OPTIONAL;
+
 /// The keys of a new MR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrKeys {

@@ -15,6 +15,9 @@ use super::{
     udata::Udata,
 };
 use crate::bindings as b;
+use crate::rvcore::apm::{MigState, PathInfo};
+use crate::rvcore::qp::QpAttrs;
+use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
 use core::ptr::NonNull;
 use kernel::{error::from_result, prelude::*};
@@ -30,15 +33,15 @@ pub trait QpVerbs: PdVerbs + CqVerbs + SrqVerbs + IbDriver {
         handle: QpHandle,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<(Self::Qp, u32)>;
-    /// Modify QP: `mask` is `ib_qp_attr_mask`, already checked against the standard bits.
+    /// Modify QP: the mask of `attr` is already checked against the standard bits.
     fn modify_qp(
         dev: &Device<Self>,
         qp: &Self::Qp,
         attr: &ModifyAttr<'_>,
         udata: Option<&mut Udata<'_>>,
     ) -> Result;
-    /// Query QP: fills `attr` and `init`.
-    fn query_qp(qp: &Self::Qp, attr: &mut b::ib_qp_attr, init: &mut b::ib_qp_init_attr) -> Result;
+    /// Query QP: the QP's attributes.
+    fn query_qp(qp: &Self::Qp) -> Result<QpQuery>;
     /// Destroys a QP. After it returns the driver must not use the QP's [`QpHandle`].
     fn destroy_qp(qp: Self::Qp);
     /// Posts kernel send work requests, or (`wrs` is `None`) rings a user QP's doorbell:
@@ -102,9 +105,9 @@ pub struct QpInitAttr<'a, T: QpVerbs> {
 }
 
 impl<T: QpVerbs> QpInitAttr<'_, T> {
-    /// `enum ib_qp_type`.
-    pub fn qp_type(&self) -> u32 {
-        self.raw.qp_type
+    /// The QP type, `None` for a type rvrdma does not know (`enum ib_qp_type`).
+    pub fn qp_type(&self) -> Option<QpType> {
+        QpType::from_raw(self.raw.qp_type)
     }
     /// `create_flags` (rvrdma supports none).
     pub fn create_flags(&self) -> u32 {
@@ -114,9 +117,13 @@ impl<T: QpVerbs> QpInitAttr<'_, T> {
     pub fn signal_all(&self) -> bool {
         self.raw.sq_sig_type == b::ib_sig_type_IB_SIGNAL_ALL_WR
     }
-    /// The requested capabilities; the driver writes back what it grants.
-    pub fn cap(&mut self) -> &mut b::ib_qp_cap {
-        &mut self.raw.cap
+    /// The requested capabilities.
+    pub fn cap(&self) -> QpCap {
+        QpCap::from_raw(&self.raw.cap)
+    }
+    /// Reports the granted capabilities back to the caller.
+    pub fn set_cap(&mut self, cap: QpCap) {
+        self.raw.cap = cap.to_raw();
     }
     /// The send CQ.
     pub fn send_cq(&self) -> &Cq<T> {
@@ -133,6 +140,131 @@ impl<T: QpVerbs> QpInitAttr<'_, T> {
     /// `port_num` (special QPs only).
     pub fn port_num(&self) -> u32 {
         self.raw.port_num
+    }
+}
+
+/// A QP type (`enum ib_qp_type`): the ones rvrdma offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpType {
+    /// Reliable Connected (`IB_QPT_RC`).
+    Rc,
+}
+
+impl QpType {
+    fn from_raw(v: b::ib_qp_type) -> Option<Self> {
+        (v == b::ib_qp_type_IB_QPT_RC).then_some(Self::Rc)
+    }
+
+    fn to_raw(self) -> b::ib_qp_type {
+        match self {
+            Self::Rc => b::ib_qp_type_IB_QPT_RC,
+        }
+    }
+}
+
+/// The capabilities of a QP (`struct ib_qp_cap`): queue depths, SGEs and inline data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCap {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Scatter/gather elements per send WR.
+    pub max_send_sge: u32,
+    /// Scatter/gather elements per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline data bytes per send WR.
+    pub max_inline_data: u32,
+    /// RDMA read/write contexts (for the RW API; rvrdma reports 0).
+    pub max_rdma_ctxs: u32,
+}
+
+impl QpCap {
+    fn from_raw(c: &b::ib_qp_cap) -> Self {
+        Self {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+            max_rdma_ctxs: c.max_rdma_ctxs,
+        }
+    }
+
+    fn to_raw(self) -> b::ib_qp_cap {
+        b::ib_qp_cap {
+            max_send_wr: self.max_send_wr,
+            max_recv_wr: self.max_recv_wr,
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline_data: self.max_inline_data,
+            max_rdma_ctxs: self.max_rdma_ctxs,
+        }
+    }
+}
+
+/// What Query QP reports: the core's view of the attributes, the peers' MACs of the two paths,
+/// the capabilities and the creation parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct QpQuery {
+    /// The attributes as the protocol core holds them.
+    pub attrs: QpAttrs,
+    /// The peer's MAC address on the primary path.
+    pub dmac: [u8; 6],
+    /// The peer's MAC address on the alternate path.
+    pub alt_dmac: [u8; 6],
+    /// The granted capabilities.
+    pub cap: QpCap,
+    /// Every send WR generates a completion (`IB_SIGNAL_ALL_WR`).
+    pub sig_all: bool,
+    /// The QP type.
+    pub qp_type: QpType,
+}
+
+impl QpQuery {
+    /// Writes the answer into ib_core's structures (`pkey_index` and `alt_pkey_index` are 0:
+    /// the only P_Key).
+    fn write_to(&self, attr: &mut b::ib_qp_attr, init: &mut b::ib_qp_init_attr) {
+        let a = &self.attrs;
+        attr.qp_state = a.qp_state as u32;
+        attr.cur_qp_state = a.qp_state as u32;
+        attr.path_mtu = u32::from(a.path_mtu);
+        attr.path_mig_state = a.path_mig_state as u32;
+        attr.qkey = a.qkey;
+        attr.rq_psn = a.rq_psn;
+        attr.sq_psn = a.sq_psn;
+        attr.dest_qp_num = a.dest_qp_num;
+        attr.qp_access_flags = a.qp_access_flags as i32;
+        attr.pkey_index = 0;
+        attr.alt_pkey_index = 0;
+        attr.en_sqd_async_notify = u8::from(a.en_sqd_async_notify);
+        attr.sq_draining = 0;
+        attr.max_rd_atomic = a.max_rd_atomic;
+        attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        attr.min_rnr_timer = a.min_rnr_timer;
+        attr.port_num = u32::from(a.path.port_num);
+        attr.timeout = a.timeout;
+        attr.retry_cnt = a.retry_cnt;
+        attr.rnr_retry = a.rnr_retry;
+        attr.alt_port_num = u32::from(a.alt_path.port_num);
+        attr.alt_timeout = a.alt_path.timeout;
+        if a.path.port_num != 0 {
+            fill_ah_attr(&mut attr.ah_attr, &PathAttr::from_info(&a.path, self.dmac));
+        }
+        if a.alt_path.port_num != 0 {
+            fill_ah_attr(
+                &mut attr.alt_ah_attr,
+                &PathAttr::from_info(&a.alt_path, self.alt_dmac),
+            );
+        }
+        init.cap = self.cap.to_raw();
+        attr.cap = self.cap.to_raw();
+        init.sq_sig_type = if self.sig_all {
+            b::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            b::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
+        init.qp_type = self.qp_type.to_raw();
     }
 }
 
@@ -162,16 +294,162 @@ pub struct PathAttr {
     pub dmac: [u8; 6],
 }
 
-/// The attributes of one Modify QP call.
+impl PathAttr {
+    /// The core's path for this address vector; `timeout` is the local ACK timeout of the
+    /// path.
+    pub fn to_info(&self, timeout: u8, pkey_index: u16) -> PathInfo {
+        PathInfo {
+            port_num: u8::try_from(self.port_num).unwrap_or(0),
+            sgid_index: self.sgid_index,
+            sgid: self.sgid,
+            dgid: self.dgid,
+            pkey_index,
+            timeout,
+            hop_limit: self.hop_limit,
+            traffic_class: self.traffic_class,
+            flow_label: self.flow_label,
+            sl: self.sl,
+            static_rate: self.static_rate,
+        }
+    }
+
+    /// The address vector of a core path whose peer has the MAC address `dmac`.
+    pub fn from_info(p: &PathInfo, dmac: [u8; 6]) -> Self {
+        Self {
+            port_num: u32::from(p.port_num),
+            sgid_index: p.sgid_index,
+            sgid: p.sgid,
+            dgid: p.dgid,
+            flow_label: p.flow_label,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
+            sl: p.sl,
+            static_rate: p.static_rate,
+            dmac,
+        }
+    }
+}
+
+/// The attributes of one Modify QP call: the mask and, for each attribute, a getter (whose
+/// value is meaningful only when the mask names the attribute).
 pub struct ModifyAttr<'a> {
-    /// The raw attributes (scalar fields are read directly).
-    pub raw: &'a b::ib_qp_attr,
-    /// `ib_qp_attr_mask` bits.
-    pub mask: u32,
-    /// The primary path, when `IB_QP_AV` is set and it carries a GRH.
-    pub path: Option<PathAttr>,
-    /// The alternate path, when `IB_QP_ALT_PATH` is set and it carries a GRH.
-    pub alt_path: Option<PathAttr>,
+    raw: &'a b::ib_qp_attr,
+    mask: AttrMask,
+    path: Option<PathAttr>,
+    alt_path: Option<PathAttr>,
+}
+
+impl ModifyAttr<'_> {
+    /// The attributes to modify (`ib_qp_attr_mask`; the core's bits equal the kernel's).
+    pub fn mask(&self) -> AttrMask {
+        self.mask
+    }
+    /// The next state (`qp_state`); `EINVAL` for a value outside `enum ib_qp_state`.
+    pub fn qp_state(&self) -> Result<QpState> {
+        qp_state_from_raw(self.raw.qp_state)
+    }
+    /// The caller's idea of the current state (`cur_qp_state`).
+    pub fn cur_qp_state(&self) -> Result<QpState> {
+        qp_state_from_raw(self.raw.cur_qp_state)
+    }
+    /// Whether to raise SQ_DRAINED once the SQ has drained (`en_sqd_async_notify`).
+    pub fn en_sqd_async_notify(&self) -> bool {
+        self.raw.en_sqd_async_notify != 0
+    }
+    /// Remote access enables (`qp_access_flags`, `enum ib_access_flags` bits).
+    pub fn access_flags(&self) -> u32 {
+        self.raw.qp_access_flags as u32
+    }
+    /// Primary P_Key index.
+    pub fn pkey_index(&self) -> u16 {
+        self.raw.pkey_index
+    }
+    /// Q_Key.
+    pub fn qkey(&self) -> u32 {
+        self.raw.qkey
+    }
+    /// Path MTU (`enum ib_mtu` value); `EINVAL` when it does not fit a byte.
+    pub fn path_mtu(&self) -> Result<u8> {
+        u8::try_from(self.raw.path_mtu).map_err(|_| EINVAL)
+    }
+    /// Local ACK timeout of the primary path.
+    pub fn timeout(&self) -> u8 {
+        self.raw.timeout
+    }
+    /// Retry count.
+    pub fn retry_cnt(&self) -> u8 {
+        self.raw.retry_cnt
+    }
+    /// RNR retry count.
+    pub fn rnr_retry(&self) -> u8 {
+        self.raw.rnr_retry
+    }
+    /// The responder's starting PSN.
+    pub fn rq_psn(&self) -> u32 {
+        self.raw.rq_psn
+    }
+    /// The requester's starting PSN.
+    pub fn sq_psn(&self) -> u32 {
+        self.raw.sq_psn
+    }
+    /// Outstanding RDMA Reads and atomics as requester.
+    pub fn max_rd_atomic(&self) -> u8 {
+        self.raw.max_rd_atomic
+    }
+    /// Outstanding RDMA Reads and atomics as responder.
+    pub fn max_dest_rd_atomic(&self) -> u8 {
+        self.raw.max_dest_rd_atomic
+    }
+    /// Minimum RNR NAK timer.
+    pub fn min_rnr_timer(&self) -> u8 {
+        self.raw.min_rnr_timer
+    }
+    /// Path migration state; `EINVAL` for a value outside `enum ib_mig_state`.
+    pub fn path_mig_state(&self) -> Result<MigState> {
+        match self.raw.path_mig_state {
+            b::ib_mig_state_IB_MIG_MIGRATED => Ok(MigState::Migrated),
+            b::ib_mig_state_IB_MIG_REARM => Ok(MigState::Rearm),
+            b::ib_mig_state_IB_MIG_ARMED => Ok(MigState::Armed),
+            _ => Err(EINVAL),
+        }
+    }
+    /// Destination QP number.
+    pub fn dest_qp_num(&self) -> u32 {
+        self.raw.dest_qp_num
+    }
+    /// Primary port; `EINVAL` when it does not fit a byte.
+    pub fn port_num(&self) -> Result<u8> {
+        u8::try_from(self.raw.port_num).map_err(|_| EINVAL)
+    }
+    /// The primary path, when the mask has `AV` and it carries a GRH.
+    pub fn path(&self) -> Option<&PathAttr> {
+        self.path.as_ref()
+    }
+    /// The alternate path, when the mask has `ALT_PATH` and it carries a GRH.
+    pub fn alt_path(&self) -> Option<&PathAttr> {
+        self.alt_path.as_ref()
+    }
+    /// Alternate P_Key index.
+    pub fn alt_pkey_index(&self) -> u16 {
+        self.raw.alt_pkey_index
+    }
+    /// Local ACK timeout of the alternate path.
+    pub fn alt_timeout(&self) -> u8 {
+        self.raw.alt_timeout
+    }
+    /// Alternate port; `EINVAL` when it does not fit a byte.
+    pub fn alt_port_num(&self) -> Result<u8> {
+        u8::try_from(self.raw.alt_port_num).map_err(|_| EINVAL)
+    }
+}
+
+/// The core's QP state for an `enum ib_qp_state` value (the core's values equal the kernel's).
+fn qp_state_from_raw(v: u32) -> Result<QpState> {
+    QpState::ALL
+        .iter()
+        .copied()
+        .find(|s| *s as u32 == v)
+        .ok_or(EINVAL)
 }
 
 /// Resolves an `rdma_ah_attr` of a RoCE port; `None` without a GRH or GID attribute.
@@ -250,8 +528,9 @@ pub struct SendWrList<'a> {
 }
 
 impl SendWrList<'_> {
-    /// Converts the next work request; `Ok(None)` at the end. A WR rvrdma cannot express
-    /// fails with `EINVAL` (and becomes the caller's `bad_wr`).
+    /// Converts the next work request; `Ok(None)` at the end. A WR with an unknown opcode or too
+    /// many SGEs fails with `EINVAL` (and becomes the caller's `bad_wr`, as does any WR the
+    /// driver refuses after this returned it).
     pub fn next_wr(&mut self) -> Result<Option<SendWr>> {
         if self.next.is_null() {
             return Ok(None);
@@ -290,10 +569,9 @@ impl SendWrList<'_> {
             out.rkey = a.rkey;
             out.compare_add = a.compare_add;
             out.swap = a.swap;
-        } else if opcode == SendOpcode::RegMr {
-            // Fast registration needs the MR's handle; not offered to kernel callers yet.
-            return Err(EINVAL);
         }
+        // A fast registration (`ib_reg_wr`) comes out with its opcode only: its MR and keys do
+        // not fit a `SendWr`. Whether to accept it is the driver's call.
         self.next = wr.next;
         Ok(Some(out))
     }
@@ -412,15 +690,18 @@ unsafe extern "C" fn modify_qp<T: QpVerbs>(
         if mask & !b::ib_qp_attr_mask_IB_QP_ATTR_STANDARD_BITS != 0 {
             return Err(crate::errno::eopnotsupp());
         }
+        let mask = AttrMask(mask);
         // SAFETY: valid per the callback contract.
         let raw = unsafe { &*attr };
         let m = ModifyAttr {
             raw,
             mask,
-            path: (mask & b::ib_qp_attr_mask_IB_QP_AV != 0)
+            path: mask
+                .contains(AttrMask::AV)
                 .then(|| path_attr(&raw.ah_attr))
                 .flatten(),
-            alt_path: (mask & b::ib_qp_attr_mask_IB_QP_ALT_PATH != 0)
+            alt_path: mask
+                .contains(AttrMask::ALT_PATH)
                 .then(|| path_attr(&raw.alt_ah_attr))
                 .flatten(),
         };
@@ -443,8 +724,10 @@ unsafe extern "C" fn query_qp<T: QpVerbs>(
     init: *mut b::ib_qp_init_attr,
 ) -> c_int {
     from_result(|| {
-        // SAFETY: valid per the callback contract; the QP is live.
-        unsafe { T::query_qp(qp_data::<T>(ibqp), &mut *attr, &mut *init)? };
+        // SAFETY: the QP is live per the callback contract.
+        let q = T::query_qp(unsafe { qp_data::<T>(ibqp) })?;
+        // SAFETY: `attr` and `init` are valid for writes and exclusively ours for the call.
+        q.write_to(unsafe { &mut *attr }, unsafe { &mut *init });
         Ok(0)
     })
 }
@@ -477,11 +760,10 @@ unsafe extern "C" fn post_send<T: QpVerbs>(
         if wr.is_null() {
             T::post_send(data, None)?;
         } else {
-            // SAFETY: `bad` is valid for writes.
-            let mut list = SendWrList {
-                next: wr,
-                bad: unsafe { &mut *bad },
-            };
+            // SAFETY: `bad` is valid for writes per the callback contract, and only written
+            // through this reference for the call.
+            let bad = unsafe { &mut *bad };
+            let mut list = SendWrList { next: wr, bad };
             T::post_send(data, Some(&mut list))?;
         }
         Ok(0)

@@ -20,18 +20,61 @@ pub trait SrqVerbs: PdVerbs + IbDriver {
     /// Creates an SRQ with the requested `attr` (the driver writes back what it grants).
     fn create_srq(
         pd: &Pd<Self>,
-        attr: &mut b::ib_srq_attr,
+        attr: &mut SrqAttr,
         handle: SrqHandle,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<Self::Srq>;
-    /// Modify SRQ (`mask`: `IB_SRQ_MAX_WR`, `IB_SRQ_LIMIT`).
-    fn modify_srq(srq: &Self::Srq, attr: &b::ib_srq_attr, mask: u32) -> Result;
+    /// Modify SRQ: the attributes `mask` names.
+    fn modify_srq(srq: &Self::Srq, attr: &SrqAttr, mask: SrqAttrMask) -> Result;
     /// Query SRQ.
-    fn query_srq(srq: &Self::Srq, attr: &mut b::ib_srq_attr) -> Result;
+    fn query_srq(srq: &Self::Srq) -> Result<SrqAttr>;
     /// Destroys an SRQ (ib_core has checked that no QP uses it).
     fn destroy_srq(srq: Self::Srq);
     /// Posts kernel receive WRs.
     fn post_srq_recv(srq: &Self::Srq, wrs: &mut RecvWrList<'_>) -> Result;
+}
+
+/// The attributes of an SRQ (`struct ib_srq_attr`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Queue depth.
+    pub max_wr: u32,
+    /// Scatter/gather elements per receive WR.
+    pub max_sge: u32,
+    /// The limit: fewer WRs than this raises `IB_EVENT_SRQ_LIMIT_REACHED` (0: disarmed).
+    pub srq_limit: u32,
+}
+
+impl SrqAttr {
+    fn from_raw(a: &b::ib_srq_attr) -> Self {
+        Self {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        }
+    }
+
+    fn write_to(&self, a: &mut b::ib_srq_attr) {
+        a.max_wr = self.max_wr;
+        a.max_sge = self.max_sge;
+        a.srq_limit = self.srq_limit;
+    }
+}
+
+/// Which attributes Modify SRQ changes (`enum ib_srq_attr_mask`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqAttrMask(u32);
+
+impl SrqAttrMask {
+    /// `IB_SRQ_MAX_WR`: resize the queue.
+    pub const MAX_WR: Self = Self(b::ib_srq_attr_mask_IB_SRQ_MAX_WR);
+    /// `IB_SRQ_LIMIT`: arm the limit event.
+    pub const LIMIT: Self = Self(b::ib_srq_attr_mask_IB_SRQ_LIMIT);
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
 }
 
 /// The `struct ib_srq` behind an SRQ, for its async events.
@@ -122,7 +165,9 @@ unsafe extern "C" fn create_srq<T: SrqVerbs>(
         let mut udata = unsafe { Udata::from_raw(udata) };
         // INVARIANT: `ibsrq` lives until `destroy_srq` returns.
         let handle = SrqHandle(NonNull::new(ibsrq).ok_or(EINVAL)?);
-        let data = T::create_srq(pd, &mut init.attr, handle, udata.as_mut())?;
+        let mut attr = SrqAttr::from_raw(&init.attr);
+        let data = T::create_srq(pd, &mut attr, handle, udata.as_mut())?;
+        attr.write_to(&mut init.attr);
         // SAFETY: the object is fresh and ours.
         unsafe { Obj::<b::ib_srq, T::Srq>::init(ibsrq, data) };
         Ok(0)
@@ -139,8 +184,11 @@ unsafe extern "C" fn modify_srq<T: SrqVerbs>(
     _udata: *mut b::ib_udata,
 ) -> c_int {
     from_result(|| {
-        // SAFETY: the SRQ is live and initialised; `attr` is valid.
-        unsafe { T::modify_srq(Obj::<b::ib_srq, T::Srq>::data(ibsrq), &*attr, mask)? };
+        // SAFETY: `attr` is valid for reads per the callback contract.
+        let attr = SrqAttr::from_raw(unsafe { &*attr });
+        // SAFETY: the SRQ is live and initialised.
+        let srq = unsafe { Obj::<b::ib_srq, T::Srq>::data(ibsrq) };
+        T::modify_srq(srq, &attr, SrqAttrMask(mask))?;
         Ok(0)
     })
 }
@@ -153,8 +201,10 @@ unsafe extern "C" fn query_srq<T: SrqVerbs>(
     attr: *mut b::ib_srq_attr,
 ) -> c_int {
     from_result(|| {
-        // SAFETY: the SRQ is live and initialised; `attr` is valid for writes.
-        unsafe { T::query_srq(Obj::<b::ib_srq, T::Srq>::data(ibsrq), &mut *attr)? };
+        // SAFETY: the SRQ is live and initialised.
+        let a = T::query_srq(unsafe { Obj::<b::ib_srq, T::Srq>::data(ibsrq) })?;
+        // SAFETY: `attr` is valid for writes per the callback contract.
+        a.write_to(unsafe { &mut *attr });
         Ok(0)
     })
 }

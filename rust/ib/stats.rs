@@ -15,6 +15,8 @@ unsafe impl Sync for StatDesc {}
 
 impl StatDesc {
     /// A counter named `name`.
+    // `CStr::as_char_ptr` is not a `const fn`; the cast gives the same pointer.
+    #[allow(clippy::disallowed_methods)]
     pub const fn new(name: &'static core::ffi::CStr) -> Self {
         Self(b::rdma_stat_desc {
             name: name.as_ptr().cast(),
@@ -52,7 +54,7 @@ unsafe extern "C" fn alloc_hw_port_stats<T: StatsVerbs>(
         b::rdma_alloc_hw_stats_struct(
             descs.as_ptr().cast(),
             descs.len() as c_int,
-            b::RDMA_HW_STATS_DEFAULT_LIFESPAN as _,
+            b::RDMA_HW_STATS_DEFAULT_LIFESPAN as kernel::ffi::c_ulong,
         )
     }
 }

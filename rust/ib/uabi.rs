@@ -135,6 +135,51 @@ pub const RECV_WQE_SIZE: usize = 40;
 /// One scatter/gather entry (`struct rxe_sge`).
 pub const SGE_SIZE: usize = 16;
 
+/// Offsets, within a send WQE (`struct rxe_send_wqe`), of the fields a provider writes and
+/// rvrdma reads; the union members are those of the opcode.
+pub mod send_wqe {
+    /// `wr.wr_id`.
+    pub const WR_ID: usize = 0;
+    /// `wr.opcode`.
+    pub const OPCODE: usize = 12;
+    /// `wr.send_flags`.
+    pub const SEND_FLAGS: usize = 16;
+    /// `wr.ex` (`imm_data`, big-endian, or `invalidate_rkey`).
+    pub const EX: usize = 20;
+    /// `wr.wr.rdma.remote_addr` and `wr.wr.atomic.remote_addr`.
+    pub const REMOTE_ADDR: usize = 24;
+    /// `wr.wr.rdma.rkey`.
+    pub const RDMA_RKEY: usize = 32;
+    /// `wr.wr.atomic.compare_add`.
+    pub const ATOMIC_COMPARE_ADD: usize = 32;
+    /// `wr.wr.atomic.swap`.
+    pub const ATOMIC_SWAP: usize = 40;
+    /// `wr.wr.atomic.rkey`.
+    pub const ATOMIC_RKEY: usize = 48;
+    /// `dma.length` (the inline data length of an inline send).
+    pub const DMA_LENGTH: usize = 184;
+    /// `dma.num_sge`.
+    pub const DMA_NUM_SGE: usize = 196;
+}
+
+/// Offsets, within a receive WQE (`struct rxe_recv_wqe`), of the fields rvrdma reads.
+pub mod recv_wqe {
+    /// `wr_id`.
+    pub const WR_ID: usize = 0;
+    /// `dma.num_sge`.
+    pub const DMA_NUM_SGE: usize = 28;
+}
+
+/// Offsets, within a scatter/gather entry (`struct rxe_sge`), of its fields.
+pub mod sge {
+    /// `addr`.
+    pub const ADDR: usize = 0;
+    /// `length`.
+    pub const LENGTH: usize = 8;
+    /// `lkey`.
+    pub const LKEY: usize = 12;
+}
+
 /// Size of the kernel's CQE type in rxe (`struct rxe_cqe`, a union of `ib_wc` and
 /// `ib_uverbs_wc`): the element size rxe requests for CQ rings.
 pub const RXE_CQE_SIZE: usize = {
@@ -163,6 +208,35 @@ const _: () = {
     assert!(size_of::<b::rxe_send_wqe>() == SEND_WQE_SIZE);
     assert!(size_of::<b::rxe_recv_wqe>() == RECV_WQE_SIZE);
     assert!(size_of::<b::rxe_sge>() == SGE_SIZE);
+    // The user WQE offsets, against the uapi layout.
+    let wr = offset_of!(b::rxe_send_wqe, wr);
+    let u = wr + offset_of!(b::rxe_send_wr, wr);
+    let dma = offset_of!(b::rxe_send_wqe, dma);
+    assert!(send_wqe::WR_ID == wr + offset_of!(b::rxe_send_wr, wr_id));
+    assert!(send_wqe::OPCODE == wr + offset_of!(b::rxe_send_wr, opcode));
+    assert!(send_wqe::SEND_FLAGS == wr + offset_of!(b::rxe_send_wr, send_flags));
+    assert!(send_wqe::EX == wr + offset_of!(b::rxe_send_wr, ex));
+    assert!(size_of::<b::rxe_send_wr__bindgen_ty_1>() == 4);
+    // `rdma` and `atomic` are members of the union at `u`.
+    type Rdma = b::rxe_send_wr__bindgen_ty_2__bindgen_ty_2;
+    type Atomic = b::rxe_send_wr__bindgen_ty_2__bindgen_ty_3;
+    assert!(send_wqe::REMOTE_ADDR == u + offset_of!(Rdma, remote_addr));
+    assert!(send_wqe::RDMA_RKEY == u + offset_of!(Rdma, rkey));
+    assert!(send_wqe::REMOTE_ADDR == u + offset_of!(Atomic, remote_addr));
+    assert!(send_wqe::ATOMIC_COMPARE_ADD == u + offset_of!(Atomic, compare_add));
+    assert!(send_wqe::ATOMIC_SWAP == u + offset_of!(Atomic, swap));
+    assert!(send_wqe::ATOMIC_RKEY == u + offset_of!(Atomic, rkey));
+    assert!(send_wqe::DMA_LENGTH == dma + offset_of!(b::rxe_dma_info, length));
+    assert!(send_wqe::DMA_NUM_SGE == dma + offset_of!(b::rxe_dma_info, num_sge));
+    // The SGEs (or the inline data) start right after the fixed parts.
+    assert!(dma + offset_of!(b::rxe_dma_info, __bindgen_anon_1) == SEND_WQE_SIZE);
+    let rdma = offset_of!(b::rxe_recv_wqe, dma);
+    assert!(recv_wqe::WR_ID == offset_of!(b::rxe_recv_wqe, wr_id));
+    assert!(recv_wqe::DMA_NUM_SGE == rdma + offset_of!(b::rxe_dma_info, num_sge));
+    assert!(rdma + offset_of!(b::rxe_dma_info, __bindgen_anon_1) == RECV_WQE_SIZE);
+    assert!(sge::ADDR == offset_of!(b::rxe_sge, addr));
+    assert!(sge::LENGTH == offset_of!(b::rxe_sge, length));
+    assert!(sge::LKEY == offset_of!(b::rxe_sge, lkey));
 };
 
 impl UverbsWc {

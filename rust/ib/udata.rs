@@ -25,7 +25,7 @@ impl<'a> Udata<'a> {
     /// `p` must be NULL or a valid `ib_udata` for `'a`.
     pub(crate) unsafe fn from_raw(p: *mut b::ib_udata) -> Option<Self> {
         // INVARIANT: non-NULL `p` is valid for `'a` per the caller.
-        (!p.is_null()).then(|| Self(p, PhantomData))
+        (!p.is_null()).then_some(Self(p, PhantomData))
     }
 
     /// The raw pointer, for ib_core calls.

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Safe abstractions over the networking pieces rvrdma uses: net devices and their notifier,
-//! socket buffers, the per-netns RoCEv2 UDP socket, and RoCEv2 packet building and parsing.
+//! socket buffers, the per-netns RoCEv2 UDP socket and the dispatch of what it receives, the
+//! kernel's CRC-32, and RoCEv2 packet building and parsing.
 
+pub mod crc32;
 pub mod netdev;
 pub mod notifier;
 pub mod roce;

@@ -58,9 +58,10 @@ impl NetDev {
     }
 
     /// The IB port state the link implies (ACTIVE when running with carrier, else DOWN).
-    pub fn ib_port_state(&self) -> b::ib_port_state {
+    pub fn ib_port_state(&self) -> crate::ib::attrs::PortState {
         // SAFETY: by the type invariant the device is live.
-        unsafe { b::rvr_ib_get_curr_port_state(self.as_raw()) }
+        let raw = unsafe { b::rvr_ib_get_curr_port_state(self.as_raw()) };
+        crate::ib::attrs::PortState::from_raw(raw)
     }
 
     /// An EUI-64 built from the MAC address, in network byte order (a node GUID).

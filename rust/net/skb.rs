@@ -3,7 +3,7 @@
 //! Owned socket buffers (`struct sk_buff`) and irq-safe queues of them (`struct sk_buff_head`).
 
 use super::netdev::NetDev;
-use super::roce::{self, RoceRx};
+use super::roce::{self, RoceRx, RoceRxError};
 use crate::bindings as b;
 use core::ptr::NonNull;
 use kernel::{prelude::*, types::Opaque};
@@ -201,9 +201,9 @@ impl Skb {
     /// (as set by the IP layer, or by [`Skb::from_ip_packet`]), checks the IPv4 (IHL 5) or IPv6
     /// and UDP headers and lengths, and verifies the ICRC. `Err` for a malformed packet or a bad
     /// ICRC (the caller counts and drops it).
-    pub fn parse_roce(&mut self) -> Result<RoceRx<'_>> {
-        self.linearize()?;
-        self.push_to_network_header()?;
+    pub fn parse_roce(&mut self) -> Result<RoceRx<'_>, RoceRxError> {
+        self.linearize().map_err(RoceRxError::Skb)?;
+        self.push_to_network_header().map_err(RoceRxError::Skb)?;
         roce::parse_ip_packet(self.data())
     }
 }

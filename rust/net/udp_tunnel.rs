@@ -5,14 +5,23 @@
 //! the namespace dies ([`PernetRegistration`]), whichever comes first.
 //!
 //! Received packets are handed, in softirq context, to one module-global hook
-//! ([`set_rx_hook`]).
+//! ([`set_rx_hook`]); the usual hook, [`dispatch`], passes each one to the [`RxListener`] (the
+//! rvrdma device) whose net device it arrived on.
 
 use super::netdev::NetDev;
 use super::skb::Skb;
 use crate::bindings as b;
+use crate::sync::irq_spinlock::IrqSpinLockBackend;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use kernel::{prelude::*, sync::Arc, types::Opaque};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use kernel::{
+    prelude::*,
+    sync::{
+        lock::{GlobalGuard, GlobalLock, GlobalLockBackend},
+        Arc, LockClassKey,
+    },
+    types::Opaque,
+};
 
 use super::roce::ROCE_V2_UDP_DPORT;
 
@@ -188,6 +197,105 @@ fn hook_from_ptr(p: *mut ()) -> Option<RxHook> {
     }
     // SAFETY: every non-null value of `RX_HOOK` was stored from a `fn(Skb)` by `swap_rx_hook`.
     Some(unsafe { core::mem::transmute::<*mut (), RxHook>(p) })
+}
+
+/// A receiver of RoCEv2 packets (one rvrdma device's datapath), registered with [`listen`].
+pub trait RxListener: Send + Sync {
+    /// Whether `skb` arrived on one of the listener's net devices.
+    fn accepts(&self, skb: &Skb) -> bool;
+    /// Handles a packet [`accepts`](RxListener::accepts) took: softirq context, RCU read side;
+    /// must not sleep.
+    fn receive(&self, skb: Skb);
+}
+
+/// The lock class of `LISTENERS`.
+enum Listeners {}
+
+impl GlobalLockBackend for Listeners {
+    const NAME: &'static CStr = c"rvrdma_rx_devices";
+    type Item = KVec<Arc<dyn RxListener>>;
+    type Backend = IrqSpinLockBackend;
+
+    fn get_lock_class() -> Pin<&'static LockClassKey> {
+        kernel::static_lock_class!()
+    }
+}
+
+// SAFETY: initialised once by `rx_init` (guarded by `LISTENERS_STATE`) and used only once
+// `LISTENERS_STATE` says so; `Listeners` is the backend of this lock only.
+static LISTENERS: GlobalLock<Listeners> = unsafe { GlobalLock::new(KVec::new()) };
+
+/// `LISTENERS` is not initialised yet.
+const UNINIT: u8 = 0;
+/// `rx_init` is initialising `LISTENERS`.
+const INITIALISING: u8 = 1;
+/// `LISTENERS` is initialised and usable.
+const READY: u8 = 2;
+
+/// Where `LISTENERS` is in its initialisation.
+static LISTENERS_STATE: AtomicU8 = AtomicU8::new(UNINIT);
+
+/// The locked listener list, or `None` before [`rx_init`] has run.
+fn listeners() -> Option<GlobalGuard<Listeners>> {
+    (LISTENERS_STATE.load(Ordering::Acquire) == READY).then(|| LISTENERS.lock())
+}
+
+/// Sets up the listener list and installs [`dispatch`] as the receive hook. Call it in module
+/// init, before any [`listen`]; later calls only install the hook again.
+pub fn rx_init() {
+    if LISTENERS_STATE
+        .compare_exchange(UNINIT, INITIALISING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        // SAFETY: only the one caller that moved the state away from `UNINIT` gets here, so
+        // `init` runs once; every other use goes through `listeners()`, which waits for `READY`,
+        // set once `init` has returned.
+        unsafe { LISTENERS.init() };
+        LISTENERS_STATE.store(READY, Ordering::Release);
+    }
+    set_rx_hook(dispatch);
+}
+
+/// Makes [`dispatch`] hand `l` the packets it accepts. Any context (allocates atomically).
+pub fn listen(l: Arc<dyn RxListener>) -> Result {
+    let mut list = listeners().ok_or(EINVAL)?;
+    list.push(l, GFP_ATOMIC)?;
+    Ok(())
+}
+
+/// Stops dispatching packets to `l` (packets already being handled may still run: an RCU grace
+/// period waits for them).
+pub fn unlisten(l: &dyn RxListener) {
+    let same = |d: &Arc<dyn RxListener>| {
+        core::ptr::eq(
+            Arc::as_ptr(d).cast::<u8>(),
+            core::ptr::from_ref(l).cast::<u8>(),
+        )
+    };
+    let removed = {
+        let Some(mut list) = listeners() else { return };
+        let i = list.iter().position(same);
+        i.map(|i| list.remove(i))
+    };
+    // Dropped here, outside the lock.
+    drop(removed);
+    if let Some(mut list) = listeners() {
+        if list.is_empty() {
+            // Free the storage: the static is never dropped.
+            *list = KVec::new();
+        }
+    }
+}
+
+/// The receive hook [`rx_init`] installs (softirq): hands the packet to the first listener that
+/// accepts it, or drops it when none does.
+pub fn dispatch(skb: Skb) {
+    let l = listeners().and_then(|list| list.iter().find(|l| l.accepts(&skb)).cloned());
+    match l {
+        Some(l) => l.receive(skb),
+        // Not ours (e.g. a netdev without an rvrdma device): drop.
+        None => drop(skb),
+    }
 }
 
 /// `encap_rcv` of our sockets: hands the skb to the hook; always consumes it (returns 0).

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! rvrdma's private workqueue: all protocol work (receive, transmit, timers, completion
-//! notifications) runs on it in process context. Being private, it can be drained at module
-//! unload.
+//! rvrdma's private workqueue: every QP's work item runs on it, in process context. That work
+//! is whatever the QP's other entry points defer: timer expiries (retransmission, RNR, ring polling) (the
+//! hrtimer callbacks only queue the work item), sending what a burst left beyond its transmit
+//! budget, route lookups, and the processing of work requests posted by kernel callers.
+//! Received packets are not handled here (the UDP tunnel's receive hook handles them in
+//! softirq context), nor are completion handlers (they run on the system workqueue). Being
+//! private, the queue can be drained at module unload.
 
 use crate::bindings as b;
 use core::ptr::NonNull;
@@ -72,7 +76,7 @@ impl Drop for ModuleQueue {
     }
 }
 
-/// The module's protocol workqueue (all per-QP and receive work runs on it).
+/// The module's protocol workqueue (every QP's work item runs on it).
 ///
 /// Only callable while the module is initialised (between [`ModuleQueue::new`] and its drop),
 /// which holds for every verb and work item: devices exist only in that window.

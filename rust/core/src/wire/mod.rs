@@ -12,6 +12,7 @@ pub mod bth;
 pub mod deth;
 pub mod headers;
 pub mod imm;
+pub mod ip_udp;
 pub mod opcode;
 pub mod reth;
 
