@@ -18,8 +18,9 @@ if [ "$RVRDMA_DEBUG" = 1 ]; then
 	# (each still overridable), and a Local ACK Timeout for the QPs the tests make of 1.07 s
 	# (exponent 18) instead of 67 ms (14), which a kernel that slow cannot always answer within.
 	: "${RVRDMA_WAIT:=120}" "${RVRDMA_TEST_TIMEOUT:=1500}" "${RVRDMA_GUEST_TIMEOUT:=14400}"
-	: "${RVRDMA_ACK_TIMEOUT:=18}"
-	export RVRDMA_WAIT RVRDMA_TEST_TIMEOUT RVRDMA_GUEST_TIMEOUT RVRDMA_ACK_TIMEOUT
+	# Data-checked transfers get RVRDMA_TIME_SCALE times their time limit.
+	: "${RVRDMA_ACK_TIMEOUT:=18}" "${RVRDMA_TIME_SCALE:=4}"
+	export RVRDMA_WAIT RVRDMA_TEST_TIMEOUT RVRDMA_GUEST_TIMEOUT RVRDMA_ACK_TIMEOUT RVRDMA_TIME_SCALE
 else
 	RVRDMA_VARIANT=release
 	RVRDMA_LLVM=

@@ -8,6 +8,9 @@
 #   RVRDMA_LINK_TYPE   the rdma link type under test: rvrdma (default) or rxe, to prove the harness
 #                      on the in-tree soft-RoCE driver with the same tests
 #   RVRDMA_WAIT        seconds to wait for asynchronous state changes (default 30; TCG is slow)
+#   RVRDMA_ACK_TIMEOUT Local ACK Timeout exponent of the QPs the Python tools make, and perftest's
+#                      -u (default: 14, the stock tools' 67 ms; the debug kernel sets 18)
+#   RVRDMA_TIME_SCALE  factor on the time limit of data-checked transfers (default 1)
 #
 # Topology (topo_setup): two network namespaces wired by veth pairs
 #   rvA: veth0 10.77.0.1/24 fd77::1/64      <->  rvB: veth1 10.77.0.2/24 fd77::2/64
@@ -446,7 +449,7 @@ trap topo_cleanup EXIT
 traffic_check() {
 	local desc=$1 out rc t0=$SECONDS
 	shift
-	out=$(timeout "${TRAFFIC_TIMEOUT:-240}" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" 2>&1)
+	out=$(timeout "$((${TRAFFIC_TIMEOUT:-240} * ${RVRDMA_TIME_SCALE:-1}))" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" 2>&1)
 	rc=$?
 	diag "traffic.py $*"
 	diag "$(tail -n 1 <<<"$out") [wall $((SECONDS - t0)) s]"
