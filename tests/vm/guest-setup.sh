@@ -46,5 +46,6 @@ if [ $# -gt 0 ]; then
 fi
 [ "${RVRDMA_SETUP:-1}" = 1 ] && banner
 [ "$setup_rc" -ne 0 ] && echo "rvrdma: guest setup failed (see above); the shell is yours anyway" >&2
-cd "${RVRDMA_TOP:-/}" || true
+# The shell starts in the repo; where the repo is not visible, say so and start where we are.
+cd "${RVRDMA_TOP:-/}" || echo "rvrdma: cannot cd to ${RVRDMA_TOP:-/}; the shell starts in $PWD" >&2
 exec bash --rcfile "$(dirname "$0")/guest-bashrc" -i
