@@ -11,13 +11,13 @@
 use kernel::prelude::*;
 
 pub mod bindings;
+/// KUnit suites of the protocol core built into the kernel (the others sit in the modules
+/// they test: `net::kunit`, `driver::kunit_mr_table`).
+#[path = "core/kunit/mod.rs"]
+mod core_kunit;
 pub mod driver;
 pub mod errno;
 pub mod ib;
-mod kunit_core;
-mod kunit_loopback;
-mod kunit_mr;
-mod kunit_net;
 #[cfg(CONFIG_KUNIT = "y")]
 mod kunit_support;
 pub mod net;
@@ -71,7 +71,7 @@ struct RvrdmaModule {
 impl kernel::InPlaceModule for RvrdmaModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         ib::registry::init();
-        driver::datapath::rx_init();
+        driver::receive::rx_init();
         try_pin_init!(Self {
             queue: sync::workqueue::ModuleQueue::new()?,
             pernet <- PernetRegistration::register(),

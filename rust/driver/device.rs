@@ -2,8 +2,8 @@
 
 //! An rvrdma ib device: its attributes and ports.
 
-use super::datapath::{self, DevShared};
-use super::memory::{MrTable, MAX_MRS};
+use super::dev_shared::{self, DevShared};
+use super::mr_table::{MrTable, MAX_MRS};
 use crate::ib::attrs::{
     AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
 };
@@ -132,7 +132,7 @@ impl IbDriver for RvrDevice {
             vendor_id: 0x00ff_ffff,
             vendor_part_id: 0x5256, // "RV"
             hw_ver: 0,
-            max_qp: datapath::MAX_QPS as i32,
+            max_qp: dev_shared::MAX_QPS as i32,
             max_qp_wr: 0x4000,
             // Automatic Path Migration works between the ports of a two-port device. On a RoCE
             // port ib_core loads an alternate path only for a device with this flag, and only
@@ -212,7 +212,7 @@ impl IbDriver for RvrDevice {
     }
 
     fn allocated(dev: &Device<Self>) -> Result {
-        datapath::rx_listen(&dev.data().shared)
+        super::receive::rx_listen(&dev.data().shared)
     }
 
     fn dealloc(dev: &Device<Self>) {

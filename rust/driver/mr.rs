@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The memory-region verbs: user MRs (pinned pages), DMA MRs and fast-registration MRs of
-//! kernel ULPs. See [`super::memory`] for keys, the table and lifetimes.
+//! kernel ULPs. See [`super::mr_table`] for keys, the table and lifetimes.
 
 use super::{
     device::RvrDevice,
-    memory::{MrInfo, MrMem, MrState, RvrMr, ACCESS_REMOTE, ACCESS_SUPPORTED_MR},
+    mr_table::{MrInfo, MrMem, MrState, RvrMr, ACCESS_REMOTE, ACCESS_SUPPORTED_MR},
 };
 use crate::ib::{
     device::Device,

@@ -1,18 +1,41 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One received RoCEv2 packet, handled where it arrives: in softirq context, called by the UDP
-//! tunnel's receive hook for the device whose port netdev the packet came in on (see
-//! [`super::datapath`]). Parse the IP and UDP headers, check the ICRC, decode the transport
-//! headers, find the QP and hand the packet to it under the QP lock. Anything malformed is
+//! The receive path. Each device's [`DevShared`] is an [`RxListener`] of the UDP tunnel: the
+//! tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to the device whose port netdev it
+//! arrived on, which handles it right there, as rdma_rxe does (no work-item hop per packet,
+//! which costs latency): parse the IP and UDP headers, check the ICRC, decode the transport
+//! headers, find the QP and run the protocol core under the QP lock. Anything malformed is
 //! counted and dropped: a remote peer can only make us drop packets.
 
 use super::counters::Counters;
-use super::datapath::DevShared;
+use super::dev_shared::DevShared;
 use crate::net::roce::RoceRxError;
 use crate::net::skb::Skb;
+use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::wire::{bth::RawBth, DecodeError, Headers};
 use core::sync::atomic::Ordering;
+use kernel::{prelude::*, sync::Arc};
+
+/// Installs the receive dispatch; call once in module init, before any device exists.
+pub fn rx_init() {
+    udp_tunnel::rx_init();
+}
+
+/// Makes `dev` receive packets arriving on its ports.
+pub fn rx_listen(dev: &Arc<DevShared>) -> Result {
+    udp_tunnel::listen(dev.clone())
+}
+
+impl RxListener for DevShared {
+    fn accepts(&self, skb: &Skb) -> bool {
+        self.ports.iter().any(|p| skb.came_from(p))
+    }
+
+    fn receive(&self, skb: Skb) {
+        packet(self, skb);
+    }
+}
 
 /// Processes one packet that arrived on a port of `dev` (softirq context).
 pub fn packet(dev: &DevShared, mut skb: Skb) {

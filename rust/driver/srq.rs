@@ -7,7 +7,7 @@
 //! once when a take leaves fewer WQEs than the armed limit, as rdma_rxe does.
 
 use super::device::RvrDevice;
-use super::user_wqe;
+use super::qp::user_wqe;
 use crate::ib::{
     pd::Pd,
     qp::RecvWrList,

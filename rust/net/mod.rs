@@ -5,6 +5,7 @@
 //! kernel's CRC-32, and RoCEv2 packet building and parsing.
 
 pub mod crc32;
+mod kunit;
 pub mod netdev;
 pub mod notifier;
 pub mod roce;

@@ -12,16 +12,16 @@ use crate::ib::uabi::{self, recv_wqe, send_wqe, sge};
 use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
 
 /// Size of `struct rxe_send_wqe` up to its SGE array / inline data.
-pub const SEND_WQE_HEADER: usize = uabi::SEND_WQE_SIZE;
+pub(crate) const SEND_WQE_HEADER: usize = uabi::SEND_WQE_SIZE;
 /// Size of `struct rxe_recv_wqe` up to its SGE array.
-pub const RECV_WQE_HEADER: usize = uabi::RECV_WQE_SIZE;
+pub(crate) const RECV_WQE_HEADER: usize = uabi::RECV_WQE_SIZE;
 /// Size of one `struct rxe_sge`.
-pub const SGE_SIZE: usize = uabi::SGE_SIZE;
+pub(crate) const SGE_SIZE: usize = uabi::SGE_SIZE;
 
 /// Why a user WQE was refused (the WR completes in error: `IB_WC_LOC_QP_OP_ERR` for an
 /// opcode rvrdma does not offer, `IB_WC_LOC_LEN_ERR` for bad lengths).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WqeError {
+pub(crate) enum WqeError {
     /// Unknown or unsupported opcode (memory windows, flush, atomic write, TSO).
     Opcode,
     /// Too many SGEs, or inline data longer than the QP allows.
@@ -62,7 +62,7 @@ fn sges_at(b: &[u8], off: usize, n: usize) -> Option<SgList> {
 
 /// A parsed send WQE: the work request, and for inline sends the inline bytes' range within
 /// the copied element (the shell moves them into the QP's inline area).
-pub struct UserSend {
+pub(crate) struct UserSend {
     /// The work request (inline WRs get their SGE from the shell).
     pub wr: SendWr,
     /// `Some(len)`: `len` inline bytes start at [`SEND_WQE_HEADER`] in the element.
@@ -70,7 +70,7 @@ pub struct UserSend {
 }
 
 /// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits.
-pub fn parse_send(
+pub(crate) fn parse_send(
     e: &[u8],
     max_sge: usize,
     max_inline: usize,
@@ -127,7 +127,7 @@ pub fn parse_send(
 }
 
 /// Parses a copied `rxe_recv_wqe`.
-pub fn parse_recv(e: &[u8], max_sge: usize) -> Result<RecvWr, (u64, WqeError)> {
+pub(crate) fn parse_recv(e: &[u8], max_sge: usize) -> Result<RecvWr, (u64, WqeError)> {
     let wr_id = u64_at(e, recv_wqe::WR_ID);
     let n = u32_at(e, recv_wqe::DMA_NUM_SGE) as usize;
     if n > max_sge.min(MAX_SGE) {

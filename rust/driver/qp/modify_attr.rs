@@ -10,11 +10,11 @@ use crate::rvcore::qp_state::AttrMask;
 use kernel::prelude::*;
 
 /// The only P_Key of an rvrdma port.
-pub const DEFAULT_PKEY: u16 = 0xffff;
+pub(super) const DEFAULT_PKEY: u16 = 0xffff;
 
 /// Converts one Modify QP call. `current` supplies the fields the mask does not name (the
 /// core reads only masked fields, but paths need their companion values).
-pub fn to_core(m: &ModifyAttr<'_>, current: &QpAttrs) -> Result<(QpAttrs, AttrMask)> {
+pub(super) fn to_core(m: &ModifyAttr<'_>, current: &QpAttrs) -> Result<(QpAttrs, AttrMask)> {
     let mask = m.mask();
     let has = |bit: AttrMask| mask.contains(bit);
     let mut a = *current;

@@ -5,7 +5,7 @@
 
 #[kernel::prelude::kunit_tests(rvrdma_mr)]
 mod tests {
-    use crate::driver::memory::{
+    use crate::driver::mr_table::{
         in_range, key_index, key_may_replace, make_key, MrInfo, MrMem, MrState, MrTable, QpMemory,
         RvrMr, ACCESS_REMOTE, INLINE_LKEY, MAX_MR_INDEX,
     };

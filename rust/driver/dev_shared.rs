@@ -1,20 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The per-device state the datapath shares between verbs, work items, timers and the receive
-//! path: the port netdevs, the QP table, the MR table and the counters.
-//!
-//! Receive path: each device's [`DevShared`] is an [`RxListener`] of the UDP tunnel. Its
-//! `encap_rcv` (softirq) hands every RoCEv2 packet to the listener whose port netdev it arrived
-//! on, which handles it right there, as rdma_rxe does ([`super::receive::packet`]): parse,
-//! check the ICRC, find the QP and run the protocol core under the QP lock (no work-item hop
-//! per packet, which costs latency).
+//! path ([`super::receive`]): the port netdevs, the QP table, the MR table and the counters.
 
 use super::counters::Counters;
-use super::memory::MrTable;
+use super::mr_table::MrTable;
 use super::qp::QpShared;
 use crate::net::netdev::{NetDev, NetDevRef};
-use crate::net::skb::Skb;
-use crate::net::udp_tunnel::{self, RxListener};
+use crate::net::udp_tunnel;
 use crate::sync::irq_spinlock::IrqSpinLock;
 use kernel::{prelude::*, sync::Arc};
 
@@ -134,25 +127,5 @@ impl DevShared {
         udp_tunnel::unlisten(&**self);
         // Packets are handled inside the UDP layer's RCU read-side section.
         crate::sync::rcu::synchronize();
-    }
-}
-
-/// Installs the receive dispatch; call once in module init, before any device exists.
-pub fn rx_init() {
-    udp_tunnel::rx_init();
-}
-
-/// Makes `dev` receive packets arriving on its ports.
-pub fn rx_listen(dev: &Arc<DevShared>) -> Result {
-    udp_tunnel::listen(dev.clone())
-}
-
-impl RxListener for DevShared {
-    fn accepts(&self, skb: &Skb) -> bool {
-        self.ports.iter().any(|p| skb.came_from(p))
-    }
-
-    fn receive(&self, skb: Skb) {
-        super::receive::packet(self, skb);
     }
 }

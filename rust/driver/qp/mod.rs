@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs: the protocol core's [`Qp`] behind an IRQ-safe lock, driven by verbs, received
+//! packets, timers and its own work item.
+//!
+//! Every entry point follows the same pattern ([`QpShared::drive`]): take the QP lock, feed the
+//! core (pull user WQEs from the mmapped rings, hand it a packet, a timer expiry or a verb),
+//! let it transmit up to a budget, then drop the lock and only then send the packets it built,
+//! report async events and wake completion handlers (none of which may run under the lock).
+//! Kernel callers of `post_send`/`post_recv` may be in any context: they only queue the work.
+
+mod modify_attr;
+mod outputs;
+mod routes;
+mod timers;
+mod transmit;
+mod user_rings;
+pub(crate) mod user_wqe;
+mod verbs;
+
+use super::cq::CqShared;
+use super::dev_shared::DevShared;
+use super::mr_table::QpMemory;
+use super::srq::SrqShared;
+use crate::ib::{cq::WcQp, qp::QpHandle};
+use crate::net::skb::SkbQueue;
+use crate::net::udp_tunnel::TunnelRef;
+use crate::rvcore::apm::PathMatch;
+use crate::rvcore::events::{CqKind, Timer};
+use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
+use crate::rvcore::qp_state::AttrMask;
+use crate::rvcore::wire::{bth::RawBth, Headers};
+use crate::rvcore::wqe::{RecvSlot, SendSlot};
+use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
+use core::sync::atomic::AtomicBool;
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    time::hrtimer::HrTimer,
+    workqueue::{Work, WorkItem},
+};
+use outputs::QpOut;
+use routes::QpPaths;
+use timers::{QpTimer, QpTimers};
+use user_rings::UserRings;
+
+/// The core QP with kernel-allocated queue storage.
+pub type CoreQp = Qp<KVec<SendSlot>, KVec<RecvSlot>>;
+
+/// Packets a work run transmits before it yields (it requeues itself).
+const WORK_BUDGET: usize = 64;
+/// Largest SQ/RQ depth.
+pub const MAX_QP_WR: u32 = 0x4000;
+/// Largest number of SGEs per WR (the core's limit).
+pub const MAX_SGE: u32 = crate::rvcore::wqe::MAX_SGE as u32;
+/// Largest inline data per send WR.
+pub const MAX_INLINE: u32 = 256;
+/// Async events and completion wake-ups collected under the lock, delivered after it.
+#[derive(Default)]
+pub struct Pending {
+    /// QP events (`enum ib_event_type`), in order.
+    pub events: [u32; 8],
+    /// Number of valid entries in `events`.
+    pub nevents: usize,
+    /// Completion handlers to run: send CQ, receive CQ.
+    pub notify: [bool; 2],
+    /// CQs that overflowed: send CQ, receive CQ.
+    pub cq_err: [bool; 2],
+    /// The SRQ's limit event is due.
+    pub srq_limit: bool,
+}
+
+impl Pending {
+    fn take(&mut self) -> Pending {
+        core::mem::take(self)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nevents == 0
+            && !self.srq_limit
+            && !self.notify.iter().any(|n| *n)
+            && !self.cq_err.iter().any(|n| *n)
+    }
+}
+
+/// The QP state under the lock.
+pub(crate) struct QpInner {
+    /// The protocol core.
+    pub(crate) core: CoreQp,
+    /// User rings (none for kernel QPs).
+    user: UserRings,
+    /// Retransmit, RNR and ring-poll deadlines, and the hrtimer.
+    timers: QpTimers,
+    /// Work for after the lock.
+    pending: Pending,
+    /// Destination MACs and routes of the paths.
+    paths: QpPaths,
+    /// Send and receive queue depths granted.
+    depths: (u32, u32),
+    /// Core counters already folded into the device's.
+    last_counters: QpCounters,
+    /// Set by destroy: nothing runs any more.
+    dead: bool,
+}
+
+/// A queue pair, shared by its verbs, work item, timer and the receive path.
+#[pin_data]
+pub struct QpShared {
+    /// QP number.
+    pub qpn: u32,
+    /// The device's datapath state.
+    pub dev: Arc<DevShared>,
+    handle: QpHandle,
+    /// PD identity for memory checks.
+    pub pd_id: u32,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    /// The SRQ receive WQEs come from, if any.
+    srq: Option<Arc<SrqShared>>,
+    /// Whether every send WR is signaled.
+    sig_all: bool,
+    max_send_sge: usize,
+    max_recv_sge: usize,
+    /// Inline bytes per send WR.
+    pub max_inline: usize,
+    /// The UDP tunnel of each port's network namespace.
+    pub tunnels: KVec<TunnelRef>,
+    /// Packets built under `inner`, in build order, waiting to be sent without the lock.
+    #[pin]
+    txq: SkbQueue,
+    /// Set while one context drains `txq` (the others leave their packets to it), so packets
+    /// leave in the order the core built them whichever context built them.
+    tx_busy: AtomicBool,
+    #[pin]
+    inner: IrqSpinLock<QpInner>,
+    #[pin]
+    work: Work<QpShared>,
+    #[pin]
+    timer: HrTimer<QpShared>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for QpShared { self.work }
+}
+
+impl WorkItem for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        let route = core::mem::take(&mut this.inner.lock().paths.need_route);
+        if route {
+            this.refresh_routes();
+        }
+        this.drive(Entry::Work);
+    }
+}
+
+/// What woke the QP up.
+enum Entry<'a> {
+    /// Its work item (timers, budget continuation, deferred deliveries).
+    Work,
+    /// The user rang the send doorbell.
+    Doorbell,
+    /// A packet arrived.
+    Packet(&'a Headers, &'a [u8], &'a PathMatch),
+    /// A packet with an opcode the wire decoder does not know arrived (its BTH).
+    Unsupported(&'a RawBth, &'a PathMatch),
+    /// Modify QP.
+    Modify(&'a QpAttrs, AttrMask, &'a mut Result),
+}
+
+impl QpShared {
+    /// The CQ of `kind`.
+    pub(crate) fn cq(&self, kind: CqKind) -> &Arc<CqShared> {
+        match kind {
+            CqKind::Send => &self.send_cq,
+            CqKind::Recv => &self.recv_cq,
+        }
+    }
+
+    /// The completion-queue handle of this QP (`ib_wc.qp`).
+    pub(crate) fn wc_qp(&self) -> WcQp {
+        self.handle.wc_qp(1)
+    }
+
+    /// Handles one received packet.
+    pub fn receive(self: &Arc<Self>, h: &Headers, payload: &[u8], pm: &PathMatch) {
+        self.drive(Entry::Packet(h, payload, pm));
+    }
+
+    /// Handles one received packet whose opcode is reserved or not spoken (seed 001: an RC
+    /// request gets an Invalid Request NAK and the QP enters Error; the rest is dropped).
+    pub fn receive_unsupported(self: &Arc<Self>, bth: &RawBth, pm: &PathMatch) {
+        self.drive(Entry::Unsupported(bth, pm));
+    }
+
+    /// The common driving loop: process context or softirq (received packets are handled
+    /// inline, as the UDP layer hands them over). Never sleeps.
+    fn drive(self: &Arc<Self>, entry: Entry<'_>) {
+        let (pending, more) = {
+            let mut g = self.inner.lock();
+            if g.dead {
+                return;
+            }
+            let now = now_ns();
+            let inner = &mut *g;
+            let (more, need_route) = self.locked(inner, now, entry);
+            inner.paths.need_route |= need_route;
+            (inner.pending.take(), more || inner.paths.need_route)
+        };
+        self.flush_tx();
+        self.deliver(pending);
+        if more {
+            let _ = workqueue::queue().enqueue(self.clone());
+        }
+    }
+
+    /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains and
+    /// whether a route must be looked up outside the lock.
+    fn locked(self: &Arc<Self>, inner: &mut QpInner, now: u64, entry: Entry<'_>) -> (bool, bool) {
+        let QpInner {
+            core,
+            user,
+            timers,
+            pending,
+            paths,
+            ..
+        } = inner;
+        // Timers that expired (the work item runs them; the ring poll needs nothing more than
+        // the pull below).
+        let (mut retransmit, mut rnr) = (false, false);
+        if matches!(entry, Entry::Work) {
+            retransmit = timers.expire(QpTimer::Retransmit, now);
+            rnr = timers.expire(QpTimer::Rnr, now);
+            timers.expire(QpTimer::RingPoll, now);
+        }
+        {
+            let mut out = QpOut::new(
+                self,
+                Some(&self.txq),
+                timers,
+                pending,
+                &[],
+                Some(&paths.routes),
+            );
+            user.pull(core, self, &mut out);
+        }
+        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]);
+        let mut out = QpOut::new(
+            self,
+            Some(&self.txq),
+            timers,
+            pending,
+            &user.inline[..],
+            Some(&paths.routes),
+        );
+        if retransmit {
+            core.timer_expired(now, Timer::Retransmit, &mut out);
+        }
+        if rnr {
+            core.timer_expired(now, Timer::Rnr, &mut out);
+        }
+        match entry {
+            Entry::Packet(h, payload, pm) => {
+                // With an SRQ the QP takes a WQE only when a message needs one.
+                if let Some(srq) = self.srq.as_ref() {
+                    if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
+                        let (wr, fire) = srq.take();
+                        if let Some(wr) = wr {
+                            let _ = core.post_recv(&wr, &mut out);
+                        }
+                        if fire {
+                            out.srq_limit();
+                        }
+                    }
+                }
+                core.receive(now, h, payload, pm, &mut mem, &mut out)
+            }
+            Entry::Modify(a, m, res) => {
+                *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
+            }
+            Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
+            Entry::Work | Entry::Doorbell => {}
+        }
+        let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
+        let need_route = out.need_route;
+        // `out` and `mem` borrow `inner`: their last use is above.
+        inner
+            .user
+            .schedule_poll(&inner.core, &mut inner.timers, now);
+        let now_c = inner.core.counters();
+        self.dev.counters.fold(&now_c, &mut inner.last_counters);
+        inner.timers.rearm(self, now);
+        (sent >= WORK_BUDGET, need_route)
+    }
+
+    /// Reports what the core asked for (no lock held).
+    fn deliver(&self, p: Pending) {
+        if p.is_empty() {
+            return;
+        }
+        for (i, kind) in [CqKind::Send, CqKind::Recv].into_iter().enumerate() {
+            if p.cq_err[i] {
+                self.cq(kind).error_event();
+            }
+            if p.notify[i] {
+                self.cq(kind).notify();
+            }
+        }
+        for ev in p.events.iter().take(p.nevents) {
+            self.handle.dispatch_event(*ev);
+        }
+        if p.srq_limit {
+            if let Some(srq) = self.srq.as_ref() {
+                srq.limit_reached();
+            }
+        }
+    }
+}
+
+/// rvrdma's data of a QP.
+pub struct RvrQp(Arc<QpShared>);
+
+/// Tears a QP down: no more work, timers or packets, then the last references go.
+fn destroy(qp: Arc<QpShared>) {
+    let removed = qp.dev.remove_qp(qp.qpn);
+    let (timer, sq, rq) = {
+        let mut g = qp.inner.lock();
+        g.dead = true;
+        (g.timers.shut_down(), g.user.sq.take(), g.user.rq.take())
+    };
+    // Cancels the timer (and drops its reference) outside the lock.
+    drop(timer);
+    // The user rings go now, in process context: their mmap entries must be gone before
+    // ib_core destroys the user context.
+    drop(sq);
+    drop(rq);
+    workqueue::flush_work(&*qp);
+    // Received packets are handled in the UDP layer's RCU read-side section: after a grace
+    // period no receive path holds a reference taken before the QP left the table.
+    crate::sync::rcu::synchronize();
+    qp.send_cq.detach();
+    qp.recv_cq.detach();
+    drop(removed);
+    // The last reference: the CQ references and the tunnel references go here.
+    drop(qp);
+}

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the protocol core asks of a QP ([`Outputs`]), done for real under the QP lock: packets
+//! built and queued for sending after the lock ([`super::transmit`]), completions written to
+//! the CQs, async events and completion wake-ups collected for delivery after the lock, timers
+//! recorded in the QP's table ([`super::timers`]).
+
+use super::routes::RouteCache;
+use super::timers::QpTimers;
+use super::transmit;
+use super::{Pending, QpShared};
+use crate::driver::counters::Counters;
+use crate::net::skb::SkbQueue;
+use crate::rvcore::apm::PathInfo;
+use crate::rvcore::events::{
+    AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
+};
+use crate::rvcore::wire::Headers;
+
+/// The [`Outputs`] of one locked section of a QP.
+pub(crate) struct QpOut<'a> {
+    qp: &'a QpShared,
+    /// Where built packets go (sent in order once the QP lock is dropped); `None` where the
+    /// caller cannot transmit (kernel posts): the core then retransmits on its timer.
+    tx: Option<&'a SkbQueue>,
+    timers: &'a mut QpTimers,
+    pending: &'a mut Pending,
+    inline: &'a [u8],
+    /// Routes by path; `None` where the caller cannot transmit.
+    routes: Option<&'a RouteCache>,
+    /// Set when a packet was dropped for want of a route, which only a lookup outside the lock
+    /// can provide.
+    pub(crate) need_route: bool,
+}
+
+impl<'a> QpOut<'a> {
+    /// Outputs for `qp`, with its lock held by the caller.
+    pub(crate) fn new(
+        qp: &'a QpShared,
+        tx: Option<&'a SkbQueue>,
+        timers: &'a mut QpTimers,
+        pending: &'a mut Pending,
+        inline: &'a [u8],
+        routes: Option<&'a RouteCache>,
+    ) -> Self {
+        Self {
+            qp,
+            tx,
+            timers,
+            pending,
+            inline,
+            routes,
+            need_route: false,
+        }
+    }
+
+    /// The QP's number.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qp.qpn
+    }
+
+    /// The SRQ's limit event is due (delivered after the lock).
+    pub(crate) fn srq_limit(&mut self) {
+        self.pending.srq_limit = true;
+    }
+
+    fn push_event(&mut self, ev: u32) {
+        let p = &mut *self.pending;
+        if let Some(slot) = p.events.get_mut(p.nevents) {
+            *slot = ev;
+            p.nevents += 1;
+        }
+    }
+}
+
+impl Outputs for QpOut<'_> {
+    fn transmit(&mut self, path: &PathInfo, headers: &Headers, payload: PayloadSource<'_>) {
+        let counters = &self.qp.dev.counters;
+        let (Some(tx), Some(routes)) = (self.tx, self.routes) else {
+            Counters::inc(&counters.send_err);
+            return;
+        };
+        let (built, need_route) =
+            transmit::build(self.qp, routes, self.inline, path, headers, payload);
+        self.need_route |= need_route;
+        match built {
+            Some(skb) => tx.push(skb),
+            None => Counters::inc(&counters.send_err),
+        }
+    }
+
+    fn complete(&mut self, cq: CqKind, wc: &Completion) -> Result<(), CqFull> {
+        let notify = self.qp.cq(cq).push(wc, self.qp.wc_qp(), false)?;
+        let i = match cq {
+            CqKind::Send => 0,
+            CqKind::Recv => 1,
+        };
+        if notify {
+            self.pending.notify[i] = true;
+        }
+        let c = &self.qp.dev.counters;
+        match wc.status {
+            WcStatus::RetryExcErr => Counters::inc(&c.retry_exceeded_err),
+            WcStatus::RnrRetryExcErr => Counters::inc(&c.retry_rnr_exceeded_err),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn async_event(&mut self, ev: AsyncEvent, cq: Option<CqKind>) {
+        match (ev, cq) {
+            (AsyncEvent::CqErr, Some(k)) => {
+                let i = match k {
+                    CqKind::Send => 0,
+                    CqKind::Recv => 1,
+                };
+                self.pending.cq_err[i] = true;
+            }
+            (AsyncEvent::CqErr, None) => {}
+            (ev, _) => self.push_event(ev as u32),
+        }
+    }
+
+    fn set_timer(&mut self, which: Timer, deadline_ns: u64) {
+        self.timers.set(which.into(), deadline_ns);
+    }
+
+    fn cancel_timer(&mut self, which: Timer) {
+        self.timers.stop(which.into());
+    }
+}

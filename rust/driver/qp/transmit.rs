@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The transmit path of a QP. Under the QP lock the core's packets are built as RoCEv2 skbs
+//! ([`build`], called by [`QpOut`](super::outputs::QpOut)) and queued on the QP's `txq`; after
+//! the lock, [`QpShared::flush_tx`] sends them through the UDP tunnel in the order they were
+//! built, whichever context built them.
+
+use super::{routes, QpShared};
+use crate::driver::counters::Counters;
+use crate::driver::dev_shared::DevShared;
+use crate::driver::mr_table::QpMemory;
+use crate::net::skb::Skb;
+use crate::net::tx::{self, TxParams};
+use crate::net::udp_tunnel::TunnelRef;
+use crate::rvcore::apm::PathInfo;
+use crate::rvcore::events::PayloadSource;
+use crate::rvcore::memory::MemError;
+use crate::rvcore::wire::{pad_count, Headers};
+use core::sync::atomic::Ordering;
+use kernel::prelude::*;
+
+/// RoCEv2 overhead in front of the IB payload inside the netdev MTU (worst case: IPv6, UDP,
+/// BTH, RETH or AtomicETH, ICRC).
+const ROCE_OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
+
+/// The largest IB MTU (bytes) the netdev of `port` carries.
+pub(super) fn port_mtu(dev: &DevShared, port: u8) -> u32 {
+    let mtu = dev.port_netdev(port).map_or(1500, |n| n.mtu());
+    let payload = mtu.saturating_sub(ROCE_OVERHEAD);
+    [4096u32, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|m| *m <= payload)
+        .unwrap_or(256)
+}
+
+/// The RoCEv2 UDP source port of a connection (`rdma_get_udp_sport()`): the flow label, or
+/// one computed from both QP numbers, folded into 0xC000..=0xFFFF.
+fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = if flow_label & 0xF_FFFF != 0 {
+        flow_label & 0xF_FFFF
+    } else {
+        let mut v = u64::from(lqpn).wrapping_mul(u64::from(rqpn));
+        v ^= v >> 20;
+        v ^= v >> 40;
+        (v & 0xF_FFFF) as u32
+    };
+    let low = (fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14);
+    (low | 0xC000) as u16
+}
+
+/// The transmit parameters of a path.
+pub(super) fn tx_params<'a>(
+    qp: &'a QpShared,
+    path: &PathInfo,
+    dest_qp: u32,
+) -> Option<TxParams<'a>> {
+    Some(TxParams {
+        ndev: qp.dev.port_netdev(path.port_num)?,
+        src_gid: path.sgid,
+        dst_gid: path.dgid,
+        src_port: udp_sport(path.flow_label, qp.qpn, dest_qp),
+        tclass: path.traffic_class,
+        ttl: if path.hop_limit == 0 {
+            64
+        } else {
+            path.hop_limit
+        },
+        flow_label: path.flow_label,
+    })
+}
+
+/// The UDP tunnel of the namespace of `port`'s netdev.
+pub(super) fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
+    usize::from(port)
+        .checked_sub(1)
+        .and_then(|i| qp.tunnels.get(i))
+}
+
+/// Builds the RoCEv2 packet of `headers` and `payload` (gathered from the QP's memory, or from
+/// `inline` for inline sends) on `path`, with the route stored in `routes`: `None` if it cannot
+/// be built. Also returns whether a route lookup is due (none is stored for the path, or the
+/// stored one is stale: it still carries the packet).
+pub(super) fn build(
+    qp: &QpShared,
+    routes: &routes::RouteCache,
+    inline: &[u8],
+    path: &PathInfo,
+    headers: &Headers,
+    payload: PayloadSource<'_>,
+) -> (Option<Skb>, bool) {
+    let plen = match payload {
+        PayloadSource::None => 0,
+        PayloadSource::Gather { len, .. } | PayloadSource::Remote { len, .. } => len as usize,
+    };
+    let mut h = *headers;
+    h.bth.pad_count = pad_count(plen);
+    let len = h.encoded_len() + plen + usize::from(h.bth.pad_count);
+    let (Some(params), Some(tun)) = (
+        tx_params(qp, path, h.bth.dest_qp),
+        tunnel(qp, path.port_num),
+    ) else {
+        return (None, false);
+    };
+    // No lookup runs here, with IRQs off (it may enable BH, see `net::tx`). A stale route
+    // still carries the packet (we hold its dst; one whose device is gone drops it, as a lost
+    // packet), so a route change costs no retransmission; with none at all the transport
+    // timer resends it.
+    let Some(route) = routes::stored(routes, path) else {
+        return (None, true);
+    };
+    let stale = !route.is_valid();
+    let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, inline);
+    let built = tx::build_routed(tun, route, &params, len, |buf| {
+        let n = h.encode(buf).map_err(|_| EINVAL)?;
+        let rest = buf.get_mut(n..).ok_or(EINVAL)?;
+        let (body, pad) = rest.split_at_mut(plen.min(rest.len()));
+        gather(&mem, payload, body).map_err(|_| EFAULT)?;
+        pad.fill(0);
+        Ok(())
+    });
+    (built.ok(), stale)
+}
+
+/// Copies a packet's payload from memory into `buf`.
+fn gather(mem: &QpMemory<'_>, payload: PayloadSource<'_>, buf: &mut [u8]) -> Result<(), MemError> {
+    match payload {
+        PayloadSource::None => Ok(()),
+        PayloadSource::Gather { sges, offset, .. } => mem.gather(sges, offset, buf),
+        PayloadSource::Remote { rkey, va, .. } => mem.read_remote(rkey, va, buf),
+    }
+}
+
+impl QpShared {
+    /// Sends the packets in `txq`, unless another context is at it (it then sends ours too).
+    pub(super) fn flush_tx(&self) {
+        loop {
+            if self.tx_busy.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            while let Some(skb) = self.txq.pop() {
+                let len = skb.len();
+                match skb.send() {
+                    Ok(_) => {
+                        Counters::inc(&self.dev.counters.sent_pkts);
+                        self.dev
+                            .counters
+                            .sent_bytes
+                            .fetch_add(len as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => Counters::inc(&self.dev.counters.send_err),
+                }
+            }
+            self.tx_busy.store(false, Ordering::SeqCst);
+            // A packet queued after our last pop but before the store above found us busy.
+            if self.txq.is_empty() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A user QP's send and receive rings: mmapped rxe-layout rings that rdma-core fills without a
+//! system call. The kernel takes WQEs from them into the core whenever the QP runs (the send
+//! doorbell, a packet, the work item) and, while the peer may wait for credits or the QP must
+//! flush what user space posts in Error, polls them on a timer.
+
+use super::outputs::QpOut;
+use super::timers::{QpTimer, QpTimers};
+use super::user_wqe::{self, WqeError};
+use super::{CoreQp, QpShared};
+use crate::ib::queue::Ring;
+use crate::rvcore::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
+use crate::rvcore::qp::QpAttrs;
+use crate::rvcore::qp_state::{AttrMask, QpState};
+use crate::rvcore::requester::PostError;
+use crate::rvcore::wqe::{SendFlags, SgList, Sge};
+use crate::sync::clock::now_ns;
+use kernel::prelude::*;
+
+/// First period of the ring poll. User space posts receives without a system call, so the
+/// kernel must look; the period doubles while nothing comes, up to [`RING_POLL_MAX_NS`], and
+/// starts again from here once receives appear.
+const RING_POLL_NS: u64 = 20_000;
+/// Longest ring poll period.
+const RING_POLL_MAX_NS: u64 = 16_000_000;
+
+/// The rings of a user QP (kernel QPs have none) and what the kernel keeps about them.
+pub(crate) struct UserRings {
+    /// The send ring.
+    pub(crate) sq: Option<Ring>,
+    /// The receive ring (none with an SRQ).
+    pub(crate) rq: Option<Ring>,
+    /// Scratch for one ring element.
+    elem: KVec<u8>,
+    /// Inline data of outstanding sends: `sq depth` slots of `max_inline` bytes, named by
+    /// [`crate::driver::mr_table::INLINE_LKEY`] SGEs.
+    pub(crate) inline: KVec<u8>,
+    /// Send WQEs taken from the ring so far (picks the inline slot).
+    sq_pulled: u64,
+    /// Current ring poll period (0: not polling).
+    poll_period: u64,
+}
+
+impl UserRings {
+    /// The rings `sq` and `rq` (both `None` for a kernel QP), with room for `sq_slots` inline
+    /// sends of `max_inline` bytes.
+    pub(crate) fn new(
+        sq: Option<Ring>,
+        rq: Option<Ring>,
+        sq_slots: u32,
+        max_inline: usize,
+    ) -> Result<Self> {
+        let elem_len = [sq.as_ref(), rq.as_ref()]
+            .iter()
+            .flatten()
+            .map(|r| r.elem_size())
+            .max()
+            .unwrap_or(0);
+        Ok(Self {
+            sq,
+            rq,
+            elem: KVec::from_elem(0u8, elem_len, GFP_KERNEL)?,
+            inline: KVec::from_elem(0u8, sq_slots as usize * max_inline, GFP_KERNEL)?,
+            sq_pulled: 0,
+            poll_period: 0,
+        })
+    }
+
+    /// Takes the WQEs user space posted since the last look into the core: receives first (a
+    /// packet may need one).
+    pub(crate) fn pull(&mut self, core: &mut CoreQp, qp: &QpShared, out: &mut QpOut<'_>) {
+        if let Some(rq) = self.rq.as_mut() {
+            pull_recv(core, rq, &mut self.elem, qp.max_recv_sge, out);
+        }
+        if let Some(sq) = self.sq.as_mut() {
+            let _ = pull_send(
+                core,
+                sq,
+                &mut self.elem,
+                &mut self.inline[..],
+                &mut self.sq_pulled,
+                qp,
+                out,
+            );
+        }
+    }
+
+    /// Starts, continues or stops the ring poll of a QP in `core`'s state.
+    pub(crate) fn schedule_poll(&mut self, core: &CoreQp, timers: &mut QpTimers, now: u64) {
+        if self.needs_poll(core) {
+            if !timers.is_set(QpTimer::RingPoll) {
+                self.poll_period = (self.poll_period * 2).clamp(RING_POLL_NS, RING_POLL_MAX_NS);
+                timers.set(QpTimer::RingPoll, now + self.poll_period);
+            }
+        } else {
+            self.poll_period = 0;
+            timers.stop(QpTimer::RingPoll);
+        }
+    }
+
+    /// Whether the rings need polling: the peer may be stalled for credits, or the QP is in
+    /// Error and user space posted WQEs to flush.
+    fn needs_poll(&self, core: &CoreQp) -> bool {
+        let Some(rq) = self.rq.as_ref() else {
+            return false;
+        };
+        match core.state() {
+            QpState::Rtr | QpState::Rts | QpState::Sqd => core.rq_logic().credits() == 0,
+            QpState::Error => rq.count() > 0 || self.sq.as_ref().is_some_and(|s| s.count() > 0),
+            _ => false,
+        }
+    }
+}
+
+/// Takes user receive WQEs into the core while it has room.
+fn pull_recv(
+    core: &mut CoreQp,
+    rq: &mut Ring,
+    elem: &mut KVec<u8>,
+    max_sge: usize,
+    out: &mut QpOut<'_>,
+) {
+    let cap = u64::from(rq.capacity());
+    while core.rq_logic().outstanding() < cap {
+        let Some(e) = elem.get_mut(..rq.elem_size()) else {
+            break;
+        };
+        if !rq.peek_copy(e) {
+            break;
+        }
+        match user_wqe::parse_recv(e, max_sge) {
+            Ok(wr) => {
+                if core.post_recv(&wr, out).is_err() {
+                    // Reset/Init-before-ready: leave it in the ring for later.
+                    break;
+                }
+            }
+            Err((wr_id, _)) => bad_wqe(core, wr_id, CqKind::Recv, WcOpcode::Recv, out),
+        }
+        rq.advance_consumer();
+    }
+}
+
+/// Takes user send WQEs into the core while it has room. `Err` if the QP's state refuses
+/// sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
+fn pull_send(
+    core: &mut CoreQp,
+    sq: &mut Ring,
+    elem: &mut KVec<u8>,
+    inline_area: &mut [u8],
+    pulled: &mut u64,
+    qp: &QpShared,
+    out: &mut QpOut<'_>,
+) -> Result {
+    let cap = u64::from(sq.capacity());
+    while core.sq_logic().outstanding() < cap {
+        let Some(e) = elem.get_mut(..sq.elem_size()) else {
+            break;
+        };
+        if !sq.peek_copy(e) {
+            break;
+        }
+        match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline) {
+            Ok(mut us) => {
+                if qp.sig_all {
+                    us.wr.flags.0 |= SendFlags::SIGNALED;
+                }
+                if let Some(len) = us.inline_len {
+                    let slot = (*pulled % cap) as usize * qp.max_inline;
+                    let src = e.get(user_wqe::SEND_WQE_HEADER..user_wqe::SEND_WQE_HEADER + len);
+                    if let (Some(dst), Some(src)) = (inline_area.get_mut(slot..slot + len), src) {
+                        dst.copy_from_slice(src);
+                    }
+                    let sge = Sge {
+                        addr: slot as u64,
+                        length: len as u32,
+                        lkey: crate::driver::mr_table::INLINE_LKEY,
+                    };
+                    us.wr.sg = SgList::from_slice(&[sge]).unwrap_or(SgList::EMPTY);
+                }
+                match core.post_send(&us.wr, out) {
+                    Ok(()) => {}
+                    Err(PostError::InvalidState) => return Err(EINVAL),
+                    Err(PostError::QueueFull) => break,
+                    Err(PostError::InvalidWr) => {
+                        bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out)
+                    }
+                }
+            }
+            Err((wr_id, _e @ (WqeError::Opcode | WqeError::Length))) => {
+                bad_wqe(core, wr_id, CqKind::Send, WcOpcode::Send, out)
+            }
+        }
+        *pulled = pulled.wrapping_add(1);
+        sq.advance_consumer();
+    }
+    Ok(())
+}
+
+/// A malformed user WQE: it completes with `IB_WC_LOC_QP_OP_ERR` and the QP enters Error
+/// (its later WQEs are flushed), as for any local QP operation error.
+fn bad_wqe(core: &mut CoreQp, wr_id: u64, kind: CqKind, opcode: WcOpcode, out: &mut QpOut<'_>) {
+    let wc = Completion {
+        wr_id,
+        status: WcStatus::LocQpOpErr,
+        opcode,
+        byte_len: 0,
+        imm_or_rkey: 0,
+        qp_num: out.qpn(),
+        src_qp: 0,
+        flags: 0,
+    };
+    let _ = Outputs::complete(out, kind, &wc);
+    let a = QpAttrs {
+        qp_state: QpState::Error,
+        ..QpAttrs::default()
+    };
+    let _ = core.modify(now_ns(), &a, AttrMask::STATE, out);
+}

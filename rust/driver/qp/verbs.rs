@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The QP verbs: create (queue geometry in the rxe ABI, user rings), modify, query, destroy,
+//! and posting (user doorbells run the QP inline; kernel callers' WRs are queued for the work
+//! item, since they may post from any context).
+
+use super::modify_attr;
+use super::outputs::QpOut;
+use super::routes::QpPaths;
+use super::timers::QpTimers;
+use super::transmit;
+use super::user_rings::UserRings;
+use super::user_wqe;
+use super::{destroy, CoreQp, Entry, Pending, QpInner, QpShared, RvrQp};
+use super::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::driver::device::RvrDevice;
+use crate::ib::{
+    device::Device,
+    pd::Pd,
+    qp::{
+        ModifyAttr, QpCap, QpHandle, QpInitAttr, QpQuery, QpType as IbQpType, QpVerbs, RecvWrList,
+        SendWrList,
+    },
+    queue::{Ring, RingDir},
+    uabi::CreateQpResp,
+    udata::Udata,
+};
+use crate::net::skb::SkbQueue;
+use crate::net::udp_tunnel;
+use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
+use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
+use crate::rvcore::requester::PostError;
+use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot};
+use crate::sync::workqueue;
+use core::sync::atomic::AtomicBool;
+use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
+
+impl QpShared {
+    /// Posts kernel work requests with `post` under the QP lock (any context: the work item
+    /// transmits them later), then schedules the work item, also after an error.
+    fn post_kernel(
+        self: &Arc<Self>,
+        post: impl FnOnce(&mut CoreQp, &mut QpOut<'_>) -> Result,
+    ) -> Result {
+        let res = {
+            let mut g = self.inner.lock();
+            let inner = &mut *g;
+            let mut out = QpOut::new(self, None, &mut inner.timers, &mut inner.pending, &[], None);
+            post(&mut inner.core, &mut out)
+        };
+        let _ = workqueue::queue().enqueue(self.clone());
+        res
+    }
+
+    /// Posts kernel send WRs (any context).
+    fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
+        let sig_all = self.sig_all;
+        self.post_kernel(|core, out| {
+            while let Some(mut wr) = wrs.next_wr()? {
+                if wr.opcode == SendOpcode::RegMr {
+                    // Fast registration needs the MR's handle, which the converted WR does
+                    // not carry: not offered to kernel callers yet.
+                    return Err(EINVAL);
+                }
+                if sig_all {
+                    wr.flags.0 |= SendFlags::SIGNALED;
+                }
+                core.post_send(&wr, out).map_err(post_errno)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts kernel receive WRs (any context).
+    fn post_kernel_recv(self: &Arc<Self>, wrs: &mut RecvWrList<'_>) -> Result {
+        self.post_kernel(|core, out| {
+            while let Some(wr) = wrs.next_wr()? {
+                core.post_recv(&wr, out).map_err(post_errno)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+fn post_errno(e: PostError) -> Error {
+    match e {
+        PostError::QueueFull => ENOMEM,
+        PostError::InvalidState | PostError::InvalidWr => EINVAL,
+    }
+}
+
+fn round_up_pow2(v: u32) -> u32 {
+    v.max(1).checked_next_power_of_two().unwrap_or(v)
+}
+
+impl QpVerbs for RvrDevice {
+    type Qp = RvrQp;
+
+    fn create_qp(
+        pd: &Pd<Self>,
+        init: &mut QpInitAttr<'_, Self>,
+        handle: QpHandle,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result<(RvrQp, u32)> {
+        if init.create_flags() != 0 {
+            return Err(crate::errno::eopnotsupp());
+        }
+        if init.qp_type() != Some(IbQpType::Rc) {
+            return Err(crate::errno::eopnotsupp());
+        }
+        let srq = init.srq().map(|s| s.data().0.clone());
+        if srq.as_ref().is_some_and(|s| s.pd_id != pd.data().id) {
+            return Err(EINVAL);
+        }
+        let dev = pd.device();
+        let shared = dev.data().shared.clone();
+        let cap = init.cap();
+        if cap.max_send_wr == 0
+            || cap.max_send_wr > MAX_QP_WR
+            || cap.max_recv_wr > MAX_QP_WR
+            || cap.max_send_sge > MAX_SGE
+            || cap.max_recv_sge > MAX_SGE
+            || cap.max_inline_data > MAX_INLINE
+        {
+            return Err(EINVAL);
+        }
+        // The rxe ring geometry: capacity is a power of two minus one, at least what was asked.
+        let sq_depth = round_up_pow2(cap.max_send_wr + 1) - 1;
+        let rq_depth = round_up_pow2(cap.max_recv_wr.max(1) + 1) - 1;
+        let send_sge = cap.max_send_sge.max(1);
+        // rxe: SQ elements hold the SGEs or the inline data, whichever is larger.
+        let sq_payload = (send_sge as usize * user_wqe::SGE_SIZE).max(cap.max_inline_data as usize);
+        let max_inline = sq_payload.min(MAX_INLINE as usize);
+        let max_send_sge = (sq_payload / user_wqe::SGE_SIZE).min(MAX_SGE as usize);
+        let max_recv_sge = cap.max_recv_sge.max(1) as usize;
+        let sq_elem = user_wqe::SEND_WQE_HEADER + sq_payload;
+        let rq_elem = user_wqe::RECV_WQE_HEADER + max_recv_sge * user_wqe::SGE_SIZE;
+
+        let (sq_ring, rq_ring, resp) = match udata {
+            Some(u) => {
+                if u.inlen() != 0 || u.outlen() < size_of::<CreateQpResp>() {
+                    return Err(EINVAL);
+                }
+                let (sq, sq_mi) = Ring::new_user(u, RingDir::FromUser, sq_depth, sq_elem)?;
+                if srq.is_some() {
+                    // Receives come from the SRQ: no receive ring to map.
+                    let resp = CreateQpResp {
+                        rq_mi: Default::default(),
+                        sq_mi,
+                    };
+                    (Some(sq), None, Some((u, resp)))
+                } else {
+                    let (rq, rq_mi) = Ring::new_user(u, RingDir::FromUser, rq_depth, rq_elem)?;
+                    let resp = CreateQpResp { rq_mi, sq_mi };
+                    (Some(sq), Some(rq), Some((u, resp)))
+                }
+            }
+            None => (None, None, None),
+        };
+        let sq_slots = sq_ring.as_ref().map_or(sq_depth, |r| r.capacity());
+        // An SRQ QP holds at most the WQE of the message in progress.
+        let rq_slots = match (&srq, rq_ring.as_ref()) {
+            (Some(_), _) => 4,
+            (None, Some(r)) => r.capacity(),
+            (None, None) => rq_depth,
+        };
+        let mut tunnels = KVec::with_capacity(shared.ports.len(), GFP_KERNEL)?;
+        for nd in shared.ports.iter() {
+            tunnels.push(udp_tunnel::acquire(nd)?, GFP_KERNEL)?;
+        }
+        let send_cq = init.send_cq().data().clone();
+        let recv_cq = init.recv_cq().data().clone();
+        let sig_all = init.signal_all();
+        let pd_id = pd.data().id;
+        let for_qp = shared.clone();
+        let qp = shared.insert_qp(|qpn| {
+            let core = Qp::new(
+                QpCreate {
+                    qp_type: QpType::Rc,
+                    qpn,
+                    srq: srq.is_some(),
+                },
+                KVec::from_elem(SendSlot::default(), sq_slots as usize, GFP_KERNEL)?,
+                KVec::from_elem(RecvSlot::default(), rq_slots as usize, GFP_KERNEL)?,
+            )
+            .ok_or(EINVAL)?;
+            let inner = QpInner {
+                core,
+                user: UserRings::new(sq_ring, rq_ring, sq_slots, max_inline)?,
+                timers: QpTimers::default(),
+                pending: Pending::default(),
+                paths: QpPaths::default(),
+                depths: (sq_slots, rq_slots),
+                last_counters: QpCounters::default(),
+                dead: false,
+            };
+            Arc::pin_init(
+                try_pin_init!(QpShared {
+                    qpn,
+                    dev: for_qp,
+                    handle,
+                    pd_id,
+                    send_cq: send_cq.clone(),
+                    recv_cq: recv_cq.clone(),
+                    srq: srq.clone(),
+                    sig_all,
+                    max_send_sge,
+                    max_recv_sge,
+                    max_inline,
+                    tunnels,
+                    txq <- SkbQueue::new(),
+                    tx_busy: AtomicBool::new(false),
+                    inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
+                    work <- kernel::new_work!("rvrdma_qp"),
+                    timer <- HrTimer::new(),
+                }),
+                GFP_KERNEL,
+            )
+        })?;
+        init.set_cap(QpCap {
+            max_send_wr: sq_slots,
+            max_recv_wr: rq_slots,
+            max_send_sge: max_send_sge as u32,
+            max_recv_sge: max_recv_sge as u32,
+            max_inline_data: max_inline as u32,
+            max_rdma_ctxs: cap.max_rdma_ctxs,
+        });
+        if let Some((u, resp)) = resp {
+            if let Err(e) = u.respond(&resp) {
+                destroy(qp);
+                return Err(e);
+            }
+        }
+        qp.send_cq.attach();
+        qp.recv_cq.attach();
+        let qpn = qp.qpn;
+        {
+            let mut g = qp.inner.lock();
+            g.core.set_port_mtu(transmit::port_mtu(&qp.dev, 1));
+        }
+        Ok((RvrQp(qp), qpn))
+    }
+
+    fn modify_qp(
+        _dev: &Device<Self>,
+        qp: &RvrQp,
+        m: &ModifyAttr<'_>,
+        _udata: Option<&mut Udata<'_>>,
+    ) -> Result {
+        let qp = &qp.0;
+        let current = qp.inner.lock().core.query();
+        let (a, mask) = modify_attr::to_core(m, &current)?;
+        if mask.contains(AttrMask::AV) {
+            if let Some(p) = m.path() {
+                let mtu = transmit::port_mtu(&qp.dev, u8::try_from(p.port_num).unwrap_or(1));
+                let mut g = qp.inner.lock();
+                g.paths.set_dmac(p.port_num, p.dmac);
+                g.core.set_port_mtu(mtu);
+            }
+        }
+        if let Some(p) = m.alt_path() {
+            qp.inner.lock().paths.set_dmac(p.port_num, p.dmac);
+        }
+        // Routes first: the transition may send at once (the unsolicited ACK that announces
+        // the initial credits on entering RTR), and nothing under the QP lock may look one up.
+        if mask.intersects(AttrMask::AV.union(AttrMask::ALT_PATH)) {
+            qp.look_up_routes([a.path, a.alt_path]);
+        }
+        let mut res = Ok(());
+        qp.drive(Entry::Modify(&a, mask, &mut res));
+        res
+    }
+
+    fn query_qp(qp: &RvrQp) -> Result<QpQuery> {
+        let qp = &qp.0;
+        let g = qp.inner.lock();
+        let a = g.core.query();
+        let (pri, alt) = (a.path.port_num.into(), a.alt_path.port_num.into());
+        Ok(QpQuery {
+            attrs: a,
+            dmac: g.paths.dmac(pri),
+            alt_dmac: g.paths.dmac(alt),
+            cap: QpCap {
+                max_send_wr: g.depths.0,
+                max_recv_wr: g.depths.1,
+                max_send_sge: qp.max_send_sge as u32,
+                max_recv_sge: qp.max_recv_sge as u32,
+                max_inline_data: qp.max_inline as u32,
+                max_rdma_ctxs: 0,
+            },
+            sig_all: qp.sig_all,
+            qp_type: IbQpType::Rc,
+        })
+    }
+
+    fn destroy_qp(qp: RvrQp) {
+        destroy(qp.0);
+    }
+
+    fn post_send(qp: &RvrQp, wrs: Option<&mut SendWrList<'_>>) -> Result {
+        match wrs {
+            Some(l) => qp.0.post_kernel_send(l),
+            None => {
+                // The user doorbell (process context): refuse at once in states that take no
+                // sends (seed 004), else run inline for latency.
+                let state = qp.0.inner.lock().core.state();
+                if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+                    return Err(EINVAL);
+                }
+                qp.0.drive(Entry::Doorbell);
+                Ok(())
+            }
+        }
+    }
+
+    fn post_recv(qp: &RvrQp, wrs: &mut RecvWrList<'_>) -> Result {
+        qp.0.post_kernel_recv(wrs)
+    }
+}
