@@ -259,6 +259,22 @@ mod tests {
         skb.consume();
     }
 
+    /// `lo` of the initial namespace, the number of open tunnel sockets before, and a tunnel
+    /// reference on `lo`; `None` after marking the case skipped when `lo` is missing or port
+    /// 4791 is taken (rdma_rxe in the initial namespace).
+    fn lo_tunnel() -> Option<(NetDevRef, usize, udp_tunnel::TunnelRef)> {
+        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
+            kunit_support::skip(c"no lo in the initial namespace");
+            return None;
+        };
+        let before = udp_tunnel::open_count();
+        let Ok(tun) = udp_tunnel::acquire(&lo) else {
+            kunit_support::skip(c"UDP port 4791 is taken in the initial namespace");
+            return None;
+        };
+        Some((lo, before, tun))
+    }
+
     /// End to end on `lo` of the initial namespace: acquire the netns socket, build IPv4 and
     /// IPv6 packets (route, headers, ICRC, owner), send them with `ip_local_out` /
     /// `ip6_local_out`, receive them through `encap_rcv` and the hook, parse them and check the
@@ -266,13 +282,7 @@ mod tests {
     /// missing or port 4791 is taken (rdma_rxe in the initial namespace).
     #[test]
     fn send_and_receive_on_lo() {
-        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
-            kunit_support::skip(c"no lo in the initial namespace");
-            return;
-        };
-        let before = udp_tunnel::open_count();
-        let Ok(tun) = udp_tunnel::acquire(&lo) else {
-            kunit_support::skip(c"UDP port 4791 is taken in the initial namespace");
+        let Some((lo, before, tun)) = lo_tunnel() else {
             return;
         };
         assert_eq!(udp_tunnel::open_count(), before + 1);
@@ -336,13 +346,7 @@ mod tests {
     /// skip as [`send_and_receive_on_lo`].
     #[test]
     fn netns_exit_with_live_ref() {
-        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
-            kunit_support::skip(c"no lo in the initial namespace");
-            return;
-        };
-        let before = udp_tunnel::open_count();
-        let Ok(tun) = udp_tunnel::acquire(&lo) else {
-            kunit_support::skip(c"UDP port 4791 is taken in the initial namespace");
+        let Some((lo, before, tun)) = lo_tunnel() else {
             return;
         };
         assert!(tun.is_live());

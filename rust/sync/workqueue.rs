@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rvrdma's private workqueue: every QP's work item runs on it, in process context. That work
-//! is whatever the QP's other entry points defer: timer expiries (retransmission, RNR, ring polling) (the
-//! hrtimer callbacks only queue the work item), sending what a burst left beyond its transmit
-//! budget, route lookups, and the processing of work requests posted by kernel callers.
+//! is whatever the QP's other entry points defer: timer expiries (retransmission, RNR, ring
+//! polling; the hrtimer callbacks only queue the work item), sending what a burst left beyond
+//! its transmit budget, route lookups, and the processing of work requests posted by kernel
+//! callers.
 //! Received packets are not handled here (the UDP tunnel's receive hook handles them in
 //! softirq context), nor are completion handlers (they run on the system workqueue). Being
 //! private, the queue can be drained at module unload.

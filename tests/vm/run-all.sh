@@ -178,12 +178,18 @@ done
 # runs the collection as any selftest: run the first listed test through it.
 n=$((n + 1))
 first=${listed[0]:-}
+# The runner writes each test's output to /dev/stdout, which virtme-ng links to its own console
+# channel: point it at the writer's stdout for the run, so that the output is captured here.
+old_stdout=$(readlink /dev/stdout)
+ln -sfn /proc/self/fd/1 /dev/stdout
 w0=$EPOCHREALTIME
 ksft_out=$(make -s --no-print-directory -C "$here" run_tests TEST_PROGS="$first" 2>&1)
 ksft_rc=$?
+[ -n "$old_stdout" ] && ln -sfn "$old_stdout" /dev/stdout
 echo "$ksft_out" >"$results/kselftest.log"
 if [ -n "$first" ] && [ "$ksft_rc" -eq 0 ] &&
-	grep -qE "^ok 1 selftests: .*: $first( # SKIP.*)?\$" <<<"$ksft_out"; then
+	grep -qE "^ok 1 selftests: .*: $first( # SKIP.*)?\$" <<<"$ksft_out" &&
+	grep -qE "^# (ok|not ok) [0-9]+ |^# 1\.\.0" <<<"$ksft_out"; then
 	echo "ok $n make -C tests/vm run_tests (kselftest's runner) runs $first # $(seconds_since "$w0")s"
 	pass=$((pass + 1))
 else
