@@ -30,7 +30,6 @@ pub mod psn;
 pub mod qp;
 pub mod qp_state;
 pub mod requester;
-pub mod resources;
 pub mod responder;
 pub mod wire;
 pub mod wqe;

@@ -4,10 +4,10 @@
 use crate::credit::{encode_credit, CREDIT_CODE_INVALID};
 use crate::events::{Outputs, PayloadSource};
 use crate::psn::Psn;
-use crate::resources::AckItem;
 use crate::wire::{Aeth, Headers, Syndrome};
 use crate::wqe::RecvSlot;
 
+use super::resources::AckItem;
 use super::{RqLogic, RxCtx, ACK_COALESCE};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {

@@ -4,10 +4,10 @@
 
 use crate::events::{AsyncEvent, Completion, Outputs, WcOpcode, WcStatus};
 use crate::psn::Psn;
-use crate::resources::AckItem;
 use crate::wire::{NakCode, Syndrome};
 use crate::wqe::RecvSlot;
 
+use super::resources::AckItem;
 use super::{RqLogic, RqOutcome, RxCtx};
 
 /// A class A or C error: the NAK to send and how to report it locally (the status of the RQ

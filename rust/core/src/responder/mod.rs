@@ -8,9 +8,8 @@
 //! Files: `recv_queue.rs` (receive WQEs and the credit count), `request.rs` (the RC request
 //! path: PSN classes, duplicates, RDMA Read and atomic requests), `send_write.rs` (Send and
 //! RDMA Write payload placement), `unreliable.rs` (UC and UD), `acks.rs` (ACKs, coalescing,
-//! credit updates), `faults.rs` (the error classes). The responder resources themselves (the
-//! saved RDMA Read/atomic requests and the ordered response stream) are in
-//! [`crate::resources`].
+//! credit updates), `faults.rs` (the error classes), `resources.rs` (the responder resources
+//! themselves: the saved RDMA Read/atomic requests and the ordered response stream).
 
 use crate::apm::PathInfo;
 use crate::psn::Psn;
@@ -21,14 +20,15 @@ mod acks;
 mod faults;
 mod recv_queue;
 mod request;
+mod resources;
 mod send_write;
 mod unreliable;
 
 /// Bytes reserved for the GRH at the start of a UD receive buffer.
 pub const GRH_LEN: u32 = 40;
 
-pub use crate::resources::MAX_RESOURCES;
-use crate::resources::{AckItem, Resource, FREE_RES};
+pub use resources::MAX_RESOURCES;
+use resources::{AckItem, Resource, FREE_RES};
 
 /// The responder acknowledges at least every this many request packets (besides AckReq and
 /// message ends).

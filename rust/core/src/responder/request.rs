@@ -6,10 +6,10 @@ use crate::events::Outputs;
 use crate::memory::{AtomicOp, Memory, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ};
 use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
 use crate::requester::npackets;
-use crate::resources::{res_slot, ResKind};
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
+use super::resources::{res_slot, ResKind};
 use super::{InMsg, RqLogic, RqOutcome, RxCtx};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {

@@ -7,9 +7,10 @@
 use crate::events::{Outputs, PayloadSource};
 use crate::psn::Psn;
 use crate::requester::{npackets, position};
-use crate::responder::{RqLogic, RxCtx};
 use crate::wire::{Aeth, AtomicAckEth, Headers, Opcode, Syndrome};
 use crate::wqe::RecvSlot;
+
+use super::{RqLogic, RxCtx};
 
 /// Number of responder resources (saved RDMA Read / atomic requests) a QP keeps.
 pub const MAX_RESOURCES: usize = 16;
