@@ -50,6 +50,11 @@ impl Fault {
         status: WcStatus::LocProtErr,
         event: AsyncEvent::QpFatal,
     };
+
+    /// The completion status that reports this fault locally.
+    pub(super) fn status(self) -> WcStatus {
+        self.status
+    }
 }
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {

@@ -12,8 +12,9 @@
 //! themselves: the saved RDMA Read/atomic requests and the ordered response stream).
 
 use crate::apm::PathInfo;
+use crate::memory::Memory;
 use crate::psn::Psn;
-use crate::wire::{Bth, Opcode};
+use crate::wire::{Bth, Opcode, Reth};
 use crate::wqe::RecvSlot;
 
 mod acks;
@@ -164,6 +165,21 @@ pub struct RxCtx<'a> {
     pub src_gid: [u8; 16],
     /// Destination GID of the packet being processed (UD).
     pub dst_gid: [u8; 16],
+}
+
+/// The payload length the length checks see: one that does not fit in 32 bits saturates, so
+/// it fails them.
+fn payload_len(payload: &[u8]) -> u32 {
+    u32::try_from(payload.len()).unwrap_or(u32::MAX)
+}
+
+/// True when `mem` refuses the RETH's range for `access` (a remote access error, class C). A
+/// zero-length request names no memory: its R_Key and VA are not checked.
+fn reth_refused<M: Memory>(mem: &mut M, reth: &Reth, access: u32) -> bool {
+    reth.dma_len > 0
+        && mem
+            .check_remote(reth.rkey, reth.va, reth.dma_len, access)
+            .is_err()
 }
 
 impl RxCtx<'_> {

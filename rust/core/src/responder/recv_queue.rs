@@ -2,9 +2,31 @@
 //! completing it and flushing the rest.
 
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
+use crate::memory::Memory;
 use crate::wqe::{RecvSlot, RecvWr};
 
-use super::{RqLogic, RqOutcome, RxCtx};
+use super::faults::Fault;
+use super::{payload_len, RqLogic, RqOutcome, RxCtx};
+
+/// Writes `data` at byte `off` of the buffers of the receive WQE `wr`; returns the offset just
+/// past it. Data overrunning the buffers is [`Fault::LENGTH`] and touches nothing, buffers
+/// failing the local protection check are [`Fault::LOCAL_PROTECTION`]: what an RC Send NAKs,
+/// and the completion status of a UD one.
+pub(super) fn place_recv<M: Memory>(
+    mem: &mut M,
+    wr: &RecvWr,
+    off: u32,
+    data: &[u8],
+) -> Result<u32, Fault> {
+    let end = off.saturating_add(payload_len(data));
+    if end > wr.sg.total_len().unwrap_or(0) {
+        return Err(Fault::LENGTH);
+    }
+    if !data.is_empty() && mem.scatter(wr.sg.as_slice(), off, data).is_err() {
+        return Err(Fault::LOCAL_PROTECTION);
+    }
+    Ok(end)
+}
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// The credit count: receive WQEs posted and not yet taken by a message (seed 003).

@@ -10,7 +10,7 @@ use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
 use super::resources::{res_slot, ResKind};
-use super::{InMsg, RqLogic, RqOutcome, RxCtx};
+use super::{payload_len, reth_refused, InMsg, RqLogic, RqOutcome, RxCtx};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// Handles one inbound request packet (RC) that passed the state, APM and header checks.
@@ -102,11 +102,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     self.silent_drop();
                     return;
                 };
-                if reth.dma_len > 0
-                    && mem
-                        .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_READ)
-                        .is_err()
-                {
+                if reth_refused(mem, &reth, ACCESS_REMOTE_READ) {
                     self.silent_drop();
                     return;
                 }
@@ -155,7 +151,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let psn = h.bth.psn;
         let info = h.info();
         let mtu = self.cfg.mtu.max(1);
-        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let plen = payload_len(payload);
         let pos = info.position;
         // Opcode sequence: First/Only only when no message is in progress, Middle/Last only
         // continuing a message of the same operation (class C otherwise).
@@ -194,11 +190,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 if reth.dma_len > (1u32 << 31) {
                     return self.invalid_request(psn, ctx, out);
                 }
-                if reth.dma_len > 0
-                    && mem
-                        .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_READ)
-                        .is_err()
-                {
+                if reth_refused(mem, &reth, ACCESS_REMOTE_READ) {
                     return self.access_error(psn, ctx, out);
                 }
                 let kind = ResKind::Read {

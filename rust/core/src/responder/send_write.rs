@@ -7,7 +7,8 @@ use crate::wire::Headers;
 use crate::wqe::RecvSlot;
 
 use super::faults::Fault;
-use super::{InMsg, RqLogic, RqOutcome, RxCtx};
+use super::recv_queue::place_recv;
+use super::{payload_len, reth_refused, InMsg, RqLogic, RqOutcome, RxCtx};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// An expected Send packet: a new message takes a receive WQE (class B RNR NAK without
@@ -47,16 +48,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let Some(wr) = self.wqe(self.rq_head) else {
             return self.invalid_request(psn, ctx, out);
         };
-        let total = wr.sg.total_len().unwrap_or(0);
-        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        let end = off.saturating_add(plen);
-        if end > total {
-            // Length error: the Send overruns the receive buffers (class C).
-            return self.fatal(psn, Fault::LENGTH, ctx, out);
-        }
-        if plen > 0 && mem.scatter(wr.sg.as_slice(), off, payload).is_err() {
-            return self.fatal(psn, Fault::LOCAL_PROTECTION, ctx, out);
-        }
+        // Length error: the Send overruns the receive buffers (class C); or the buffers fail
+        // the local protection check (class A).
+        let end = match place_recv(mem, &wr, off, payload) {
+            Ok(end) => end,
+            Err(f) => return self.fatal(psn, f, ctx, out),
+        };
         self.cur = Some(InMsg::Send { off: end });
         if pos.ends_message() {
             self.cur = None;
@@ -99,11 +96,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         }
         let (va, rkey, len, off) = match (self.cur, h.reth) {
             (_, Some(reth)) if pos.starts_message() => {
-                if reth.dma_len > 0
-                    && mem
-                        .check_remote(reth.rkey, reth.va, reth.dma_len, ACCESS_REMOTE_WRITE)
-                        .is_err()
-                {
+                if reth_refused(mem, &reth, ACCESS_REMOTE_WRITE) {
                     return self.access_error(psn, ctx, out);
                 }
                 (reth.va, reth.rkey, reth.dma_len, 0u32)
@@ -113,7 +106,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             }
             _ => return self.invalid_request(psn, ctx, out),
         };
-        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let plen = payload_len(payload);
         let end = off.saturating_add(plen);
         // Too much payload, or too little at the end (class C length error).
         if end > len || (pos.ends_message() && end != len) {

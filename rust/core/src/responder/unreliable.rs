@@ -6,7 +6,9 @@ use crate::memory::Memory;
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
-use super::{RqLogic, RqOutcome, RxCtx, GRH_LEN};
+use super::faults::Fault;
+use super::recv_queue::place_recv;
+use super::{payload_len, RqLogic, RqOutcome, RxCtx, GRH_LEN};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// UC (IBA 9.7.5.1.3 style): any PSN other than ePSN means packets were lost: the message
@@ -67,12 +69,11 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let Some(wr) = self.wqe(self.rq_head) else {
             return self.silent_drop();
         };
-        let plen = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-        let total = wr.sg.total_len().unwrap_or(0);
+        let plen = payload_len(payload);
         let need = plen.saturating_add(GRH_LEN);
-        let mut status = WcStatus::Success;
-        if need > total {
-            status = WcStatus::LocLenErr;
+        // The GRH and the payload behind it either both fit or nothing is written.
+        let placed = if need > wr.sg.total_len().unwrap_or(0) {
+            Err(Fault::LENGTH)
         } else {
             let mut grh = [0u8; GRH_LEN as usize];
             grh[0] = 0x60;
@@ -87,12 +88,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             for (d, s) in grh[24..40].iter_mut().zip(ctx.dst_gid.iter()) {
                 *d = *s;
             }
-            if mem.scatter(wr.sg.as_slice(), 0, &grh).is_err()
-                || (plen > 0 && mem.scatter(wr.sg.as_slice(), GRH_LEN, payload).is_err())
-            {
-                status = WcStatus::LocProtErr;
-            }
-        }
+            place_recv(mem, &wr, 0, &grh).and_then(|_| place_recv(mem, &wr, GRH_LEN, payload))
+        };
+        let status = match placed {
+            Ok(_) => WcStatus::Success,
+            Err(f) => f.status(),
+        };
         let (imm, mut flags) = match h.immdt {
             Some(i) => (i.imm, WC_WITH_IMM),
             None => (0, 0),
