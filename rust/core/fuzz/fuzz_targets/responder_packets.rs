@@ -83,7 +83,7 @@ impl<'a> Input<'a> {
 #[path = "../../tests/sim/mem.rs"]
 #[allow(dead_code)] // the simulation's helpers this target does not need
 mod sim_mem;
-use sim_mem::{MemInner, Mr};
+use sim_mem::{sge_pieces, MemInner, Mr};
 
 const KEY_RECV: u32 = 0x100; // receive buffers (local write)
 const KEY_TGT: u32 = 0x200; // remote write/read/atomic target
@@ -172,23 +172,16 @@ impl FuzzMem {
                     return;
                 }
                 // Each touched element must lie in a valid MR (the lkeys were validated).
-                let mut skip = u64::from(*offset);
-                let mut need = u64::from(*len);
-                for s in sges {
-                    if need == 0 {
-                        break;
+                let Ok(pieces) = sge_pieces(sges, *offset, u64::from(*len)) else {
+                    self.violation(format!("gather from a wrapping list {sges:?}"));
+                    return;
+                };
+                for (lkey, va, take) in pieces {
+                    if self.check(lkey, va, take, 0).is_err() {
+                        self.violation(format!(
+                            "gather from unchecked memory: lkey {lkey:#x} va {va:#x} len {take}"
+                        ));
                     }
-                    let l = u64::from(s.length);
-                    if skip >= l {
-                        skip -= l;
-                        continue;
-                    }
-                    let take = (l - skip).min(need);
-                    if self.check(s.lkey, s.addr + skip, take, 0).is_err() {
-                        self.violation(format!("gather from unchecked memory {s:?}"));
-                    }
-                    need -= take;
-                    skip = 0;
                 }
             }
             TxPayload::Remote { rkey, va, len } => {

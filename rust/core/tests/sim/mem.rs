@@ -33,6 +33,34 @@ pub fn key_index(key: u32) -> u32 {
     key >> 8
 }
 
+/// The pieces, as (L_Key, VA, length), of the SGE list `sges` that its bytes `offset..offset +
+/// len` lie in, in order; `OutOfBounds` if the list is shorter or an address overflows.
+pub fn sge_pieces(sges: &[Sge], offset: u32, len: u64) -> Result<Vec<(u32, u64, u64)>, MemError> {
+    let mut skip = offset as u64;
+    let mut need = len;
+    let mut pieces = Vec::new();
+    for s in sges {
+        if need == 0 {
+            break;
+        }
+        let l = s.length as u64;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let take = (l - skip).min(need);
+        // A bogus SGE (the fuzz target posts them) must fail, not overflow.
+        let va = s.addr.checked_add(skip).ok_or(MemError::OutOfBounds)?;
+        pieces.push((s.lkey, va, take));
+        need -= take;
+        skip = 0;
+    }
+    if need != 0 {
+        return Err(MemError::OutOfBounds);
+    }
+    Ok(pieces)
+}
+
 /// The MRs of one QP's PD (and of other PDs, which it must not reach).
 #[derive(Debug, Default)]
 pub struct MemInner {
@@ -102,24 +130,8 @@ impl MemInner {
     /// Gathers `len` bytes from `offset` into the SGE list.
     pub fn gather(&self, sges: &[Sge], offset: u32, len: u32) -> Result<Vec<u8>, MemError> {
         let mut out = Vec::with_capacity(len as usize);
-        let mut skip = offset as u64;
-        let mut need = len as u64;
-        for s in sges {
-            if need == 0 {
-                break;
-            }
-            let l = s.length as u64;
-            if skip >= l {
-                skip -= l;
-                continue;
-            }
-            let take = (l - skip).min(need);
-            out.extend(self.read(s.lkey, s.addr + skip, take)?);
-            need -= take;
-            skip = 0;
-        }
-        if need != 0 {
-            return Err(MemError::OutOfBounds);
+        for (k, va, take) in sge_pieces(sges, offset, len as u64)? {
+            out.extend(self.read(k, va, take)?);
         }
         Ok(out)
     }
@@ -146,28 +158,9 @@ impl MemInner {
         access: u32,
     ) -> Result<(), MemError> {
         // Check everything first.
-        let mut skip = offset as u64;
-        let mut need = data.len() as u64;
-        let mut plan = Vec::new();
-        for s in sges {
-            if need == 0 {
-                break;
-            }
-            let l = s.length as u64;
-            if skip >= l {
-                skip -= l;
-                continue;
-            }
-            let take = (l - skip).min(need);
-            // A bogus SGE (the fuzz target posts them) must fail the check, not overflow.
-            let va = s.addr.checked_add(skip).ok_or(MemError::OutOfBounds)?;
-            self.check(s.lkey, va, take, access)?;
-            plan.push((s.lkey, va, take));
-            need -= take;
-            skip = 0;
-        }
-        if need != 0 {
-            return Err(MemError::OutOfBounds);
+        let plan = sge_pieces(sges, offset, data.len() as u64)?;
+        for &(k, va, take) in &plan {
+            self.check(k, va, take, access)?;
         }
         let mut pos = 0usize;
         for (k, va, take) in plan {
