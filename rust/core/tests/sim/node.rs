@@ -46,6 +46,11 @@ impl SimOut {
     pub fn has_event(&self, ev: AsyncEvent) -> bool {
         self.events.iter().any(|(e, _)| *e == ev)
     }
+
+    /// How many times `ev` was raised.
+    pub fn event_count(&self, ev: AsyncEvent) -> usize {
+        self.events.iter().filter(|(e, _)| *e == ev).count()
+    }
 }
 
 pub fn timer_index(t: Timer) -> usize {

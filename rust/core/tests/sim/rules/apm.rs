@@ -5,7 +5,7 @@ use rvrdma_core::apm::MigState;
 use rvrdma_core::events::{AsyncEvent, Timer, WcStatus};
 use rvrdma_core::qp::QpAttrs;
 use rvrdma_core::qp_state::{AttrMask, QpState};
-use rvrdma_core::wire::{Headers, Opcode, Reth};
+use rvrdma_core::wire::{Headers, Opcode};
 use rvrdma_core::wqe::SendOpcode;
 
 use super::fixtures::*;
@@ -51,20 +51,12 @@ fn seed000_retry_exhaustion_while_armed_migrates() {
     assert!(d.e[1].out.has_event(AsyncEvent::PathMig));
     assert_eq!(d.e[1].qp.primary_path().port_num, 2);
     d.pump();
-    assert!(d.e[0]
-        .out
-        .send_cqes
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    assert!(d.e[0].sends_all(WcStatus::Success));
 }
 
 #[test]
 fn seed000_retry_exhaustion_unarmed_retry_exc_err_and_flush() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 4],
-        ..Opts::default()
-    });
-    d.pump();
+    let mut d = Duo::running(4);
     for k in 0..3 {
         d.post(0, send_wr(k, SendOpcode::Send, 10)).expect("post");
     }
@@ -85,12 +77,7 @@ fn seed000_retry_exhaustion_unarmed_retry_exc_err_and_flush() {
 
 /// A one-byte RDMA Write from A to B with BTH:MigReq=1 (a migration request).
 fn migreq_write() -> Headers {
-    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + 1);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 1,
-    });
+    let mut h = req_reth(Opcode::RcRdmaWriteOnly, PSN_A + 1, RMT, RMT_VA, 1);
     h.bth.mig_req = true;
     h
 }
@@ -110,14 +97,7 @@ fn seed000_migreq_mismatch_dropped_with_path_mig_err() {
 fn seed000_repeated_migreq_mismatch_reports_once_per_arming() {
     let mut d = armed_duo();
     let h = migreq_write();
-    let count = |d: &Duo| {
-        d.e[1]
-            .out
-            .events
-            .iter()
-            .filter(|(e, _)| *e == AsyncEvent::PathMigErr)
-            .count()
-    };
+    let count = |d: &Duo| d.e[1].out.event_count(AsyncEvent::PathMigErr);
     // A retransmitted bad request: every copy is dropped and counted, one event is raised (a
     // peer must not be able to queue events without bound).
     for _ in 0..5 {
@@ -128,12 +108,11 @@ fn seed000_repeated_migreq_mismatch_reports_once_per_arming() {
     assert!(d.take(1).is_empty(), "all silently dropped");
     // Loading an alternate path again (allowed while Armed: it replaces the old one) re-enables
     // the report.
-    let e = &mut d.e[1];
     let a = QpAttrs {
-        alt_path: e.paths[1],
+        alt_path: d.e[1].paths[1],
         ..QpAttrs::default()
     };
-    e.qp.modify(0, &a, AttrMask::ALT_PATH, &mut e.out)
+    d.modify(1, &a, AttrMask::ALT_PATH)
         .expect("load alternate path");
     assert_eq!(d.e[1].qp.mig_state(), MigState::Armed);
     d.deliver(1, &h, &[1], 1);
@@ -172,13 +151,11 @@ fn seed000_peer_requested_migration_reloads_the_retry_count() {
     assert_eq!(d.e[0].qp.sq_logic().retry_left(), 2);
     // Node 1 migrates by command and its next packet, MigReq=1 over the alternate path, is
     // the migration request node 0 accepts.
-    let e = &mut d.e[1];
     let a = QpAttrs {
         path_mig_state: MigState::Migrated,
         ..QpAttrs::default()
     };
-    e.qp.modify(0, &a, AttrMask::PATH_MIG_STATE, &mut e.out)
-        .expect("migrate");
+    d.modify(1, &a, AttrMask::PATH_MIG_STATE).expect("migrate");
     d.post(1, send_wr(6, SendOpcode::RdmaWrite, 4))
         .expect("post");
     d.progress(1);

@@ -4,13 +4,11 @@
 
 use rvrdma_core::credit::{encode_credit, CreditLimit, CREDIT_CODE_INVALID};
 use rvrdma_core::events::{Timer, WcOpcode, WcStatus};
-use rvrdma_core::memory::ACCESS_LOCAL_WRITE;
 use rvrdma_core::psn::Psn;
-use rvrdma_core::qp::QpAttrs;
-use rvrdma_core::qp_state::{AttrMask, QpState};
+use rvrdma_core::qp_state::QpState;
 use rvrdma_core::requester::local_ack_timeout_ns;
-use rvrdma_core::wire::{Aeth, Bth, Headers, Opcode, Reth, Syndrome};
-use rvrdma_core::wqe::{SendFlags, SendOpcode, SendWr, SgList, Sge};
+use rvrdma_core::wire::{Aeth, Headers, Opcode, Syndrome};
+use rvrdma_core::wqe::{SendFlags, SendOpcode};
 
 use crate::sim::node::timer_index;
 
@@ -28,14 +26,8 @@ fn seed003_rq_credit_count_zero_at_reset_one_per_posted_receive() {
     d.post_recv(1, 64).expect("post in Init");
     d.post_recv(1, 64).expect("post in Init");
     assert_eq!(d.e[1].qp.rq_logic().credits(), 2);
-    let e = &mut d.e[1];
-    let a = QpAttrs {
-        qp_state: QpState::Reset,
-        ..QpAttrs::default()
-    };
-    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
-        .expect("to Reset");
-    assert_eq!(e.qp.rq_logic().credits(), 0);
+    d.move_to(1, QpState::Reset);
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 0);
 }
 
 #[test]
@@ -80,31 +72,24 @@ fn seed003_srq_reports_invalid_credit_code() {
 fn seed003_msn_plus_credits_gives_lsn() {
     let mut d = Duo::new(Opts::default());
     d.take(0);
-    d.take(1);
-    let mut h = Headers::new(Bth::new(
-        Opcode::RcAcknowledge,
-        0x11,
-        Psn::new(PSN_A).prev(),
-    ));
-    h.aeth = Some(Aeth::ack(5, 3));
-    d.deliver(0, &h, &[], 1);
+    d.announce(Aeth::ack(5, 3));
     assert_eq!(d.e[0].qp.sq_logic().credit_limit(), CreditLimit::Lsn(8));
 }
 
-/// The peer's initial unsolicited ACK is lost: the requester has heard no credit count from
-/// the responder, so it behaves as seed 003 "SQ Logic's Behavior When No Credits Are
-/// Available" says (only the first packet of a Send, with AckReq, then wait). Once the peer has
-/// reported a count, the requester holds instead (see the credit probe tests).
-fn credits_not_reported(d: &mut Duo) {
+/// A pair whose node 1's initial unsolicited ACK is lost: the requester has heard no credit
+/// count from the responder, so it behaves as seed 003 "SQ Logic's Behavior When No Credits
+/// Are Available" says (only the first packet of a Send, with AckReq, then wait). Once the
+/// peer has reported a count, the requester holds instead (see the credit probe tests).
+fn credits_not_reported() -> Duo {
+    let mut d = Duo::new(Opts::default());
     assert_eq!(d.take(1).len(), 1, "initial ACK (lost)");
     d.take(0);
+    d
 }
 
 #[test]
 fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
-    let mut d = Duo::new(Opts::default());
-    d.flow(1); // initial ACK: 0 credits
-    d.take(0);
+    let mut d = Duo::credits_known(Opts::default()); // initial ACK: 0 credits
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
@@ -118,9 +103,7 @@ fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
     d.progress(0);
     let p = d.take(0);
     assert_eq!(p.len(), 3, "the whole message goes at once");
-    for (h, payload, port) in &p {
-        d.deliver(1, h, payload, *port);
-    }
+    d.deliver_all(1, &p);
     let acks = d.take(1);
     assert!(
         acks.iter().all(|(h, _, _)| h
@@ -133,8 +116,7 @@ fn seed003_limited_send_waits_for_the_unsolicited_ack_without_rnr_nak() {
 
 #[test]
 fn seed003_no_credit_only_first_packet_with_ackreq() {
-    let mut d = Duo::new(Opts::default());
-    credits_not_reported(&mut d);
+    let mut d = credits_not_reported();
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
@@ -155,8 +137,7 @@ fn seed003_no_credit_only_first_packet_with_ackreq() {
 
 #[test]
 fn seed003_write_imm_without_credit_sends_all_packets_ackreq_on_last() {
-    let mut d = Duo::new(Opts::default());
-    credits_not_reported(&mut d);
+    let mut d = credits_not_reported();
     d.post(0, send_wr(1, SendOpcode::RdmaWriteWithImm, 3 * MTU))
         .expect("post");
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
@@ -172,12 +153,10 @@ fn seed003_write_imm_without_credit_sends_all_packets_ackreq_on_last() {
 fn seed003_wqes_needing_no_rq_wqe_add_one_to_lsn() {
     // One credit (LSN = 1). WQE 1 is an RDMA Write (LSN + 1 = 2), so WQE 2, a Send, is
     // within the LSN and goes out whole.
-    let mut d = Duo::new(Opts {
+    let mut d = Duo::credits_known(Opts {
         pre_rtr_recvs: [0, 1],
         ..Opts::default()
     });
-    d.flow(1);
-    d.take(0);
     d.post(0, send_wr(1, SendOpcode::RdmaWrite, 10))
         .expect("post");
     d.post(0, send_wr(2, SendOpcode::Send, 3 * MTU))
@@ -190,14 +169,7 @@ fn seed003_wqes_needing_no_rq_wqe_add_one_to_lsn() {
 fn seed003_unlimited_peer_reporting_0x1f_is_never_throttled() {
     let mut d = Duo::new(Opts::default());
     d.take(0);
-    d.take(1);
-    let mut h = Headers::new(Bth::new(
-        Opcode::RcAcknowledge,
-        0x11,
-        Psn::new(PSN_A).prev(),
-    ));
-    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
-    d.deliver(0, &h, &[], 1);
+    d.announce(Aeth::ack(0, CREDIT_CODE_INVALID));
     for k in 0..4 {
         d.post(0, send_wr(k, SendOpcode::Send, 2 * MTU))
             .expect("post");
@@ -208,8 +180,7 @@ fn seed003_unlimited_peer_reporting_0x1f_is_never_throttled() {
 
 #[test]
 fn seed003_no_credit_check_on_retransmission() {
-    let mut d = Duo::new(Opts::default());
-    credits_not_reported(&mut d);
+    let mut d = credits_not_reported();
     d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
         .expect("post");
     d.progress(0);
@@ -228,9 +199,7 @@ fn seed003_no_credit_check_on_retransmission() {
 #[test]
 fn seed003_no_reordering_of_the_sq() {
     // Credits known to be 0: the Send holds, and the Write behind it waits too.
-    let mut d = Duo::new(Opts::default());
-    d.flow(1);
-    d.take(0);
+    let mut d = Duo::credits_known(Opts::default());
     d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
         .expect("post");
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
@@ -241,8 +210,7 @@ fn seed003_no_reordering_of_the_sq() {
         "the Write must not overtake the stalled Send"
     );
     // Credits not reported: the Send's first packet goes, the Write waits behind the rest.
-    let mut d = Duo::new(Opts::default());
-    credits_not_reported(&mut d);
+    let mut d = credits_not_reported();
     d.post(0, send_wr(1, SendOpcode::Send, 2 * MTU))
         .expect("post");
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
@@ -260,9 +228,7 @@ fn seed003_no_reordering_of_the_sq() {
 /// ACK, duplicates included).
 #[test]
 fn seed003_credit_probe_is_a_duplicate_that_draws_the_current_credits() {
-    let mut d = Duo::new(Opts::default());
-    d.flow(1); // 0 credits
-    d.take(0);
+    let mut d = Duo::credits_known(Opts::default()); // 0 credits
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     d.progress(0);
     assert!(d.take(0).is_empty());
@@ -307,22 +273,11 @@ fn seed003_credit_probe_is_a_duplicate_that_draws_the_current_credits() {
 
 #[test]
 fn seed003_fence_waits_for_earlier_reads() {
-    let mut d = Duo::new(Opts {
+    let mut d = Duo::credits_known(Opts {
         pre_rtr_recvs: [0, 4],
         ..Opts::default()
     });
-    d.flow(1);
-    d.take(0);
-    let mut rd = SendWr::new(1, SendOpcode::RdmaRead);
-    rd.sg = SgList::from_slice(&[Sge {
-        addr: DST_VA,
-        length: 100,
-        lkey: DST,
-    }])
-    .expect("sg");
-    rd.remote_addr = RMT_VA;
-    rd.rkey = RMT;
-    d.post(0, rd).expect("post");
+    d.post(0, read_wr(1, 100)).expect("post");
     let mut s = send_wr(2, SendOpcode::Send, 10);
     s.flags = SendFlags(SendFlags::SIGNALED | SendFlags::FENCE);
     d.post(0, s).expect("post");
@@ -330,9 +285,7 @@ fn seed003_fence_waits_for_earlier_reads() {
     let p = d.take(0);
     assert_eq!(p.len(), 1, "only the read; the fenced send waits");
     assert_eq!(p[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
-    for (h, pl, port) in p {
-        d.deliver(1, &h, &pl, port);
-    }
+    d.deliver_all(1, &p);
     d.progress(1);
     d.flow(1);
     d.progress(0);
@@ -359,12 +312,10 @@ fn seed003_unsolicited_ack_when_receives_posted_to_stalled_peer() {
 
 #[test]
 fn seed003_ack_carries_current_credit_count() {
-    let mut d = Duo::new(Opts {
+    let mut d = Duo::credits_known(Opts {
         pre_rtr_recvs: [0, 5],
         ..Opts::default()
     });
-    d.flow(1);
-    d.take(0);
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     d.progress(0);
     d.flow(0);
@@ -420,17 +371,21 @@ fn run_until(
     panic!("run_until did not settle");
 }
 
+/// [`run_until`] node 0 has a send completion, nothing lost.
+fn run_until_sent(d: &mut Duo, limit: u64) -> bool {
+    run_until(d, limit, |_, _| false, |d| !d.e[0].out.send_cqes.is_empty())
+}
+
 /// Node 0 (credits known to be 0: the peer's initial ACK said so) posts a three-packet Send;
 /// node 1 posts a receive and the unsolicited ACK announcing it is lost. Returns whether the
 /// Send completed within `limit` ns.
 fn lost_credit_update(timeout: u8, limit: u64) -> Duo {
-    let mut d = Duo::new(Opts {
+    // The initial ACK: 0 credits.
+    let mut d = Duo::credits_known(Opts {
         timeout,
         rnr_retry: 1,
         ..Opts::default()
     });
-    d.flow(1); // initial ACK: 0 credits
-    d.take(0);
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
@@ -439,13 +394,10 @@ fn lost_credit_update(timeout: u8, limit: u64) -> Duo {
     d.post_recv(1, 4096).expect("recv");
     let p = d.take(1);
     assert_eq!(p.len(), 1, "the unsolicited ACK (lost)");
-    let ok = run_until(
-        &mut d,
-        limit,
-        |_, _| false,
-        |d| !d.e[0].out.send_cqes.is_empty(),
+    assert!(
+        run_until_sent(&mut d, limit),
+        "the Send completed within {limit} ns"
     );
-    assert!(ok, "the Send completed within {limit} ns");
     d
 }
 
@@ -502,32 +454,21 @@ fn seed003_responder_reannounces_credits_while_the_requester_may_wait() {
 /// completes once the receive is posted.
 #[test]
 fn seed003_credit_hold_spends_no_rnr_retry_while_the_rq_stays_empty() {
-    let mut d = Duo::new(Opts {
+    let mut d = Duo::credits_known(Opts {
         timeout: 0,
         rnr_retry: 0,
         ..Opts::default()
     });
-    d.flow(1);
-    d.take(0);
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
-    let done = run_until(
-        &mut d,
-        3_000_000_000,
-        |_, _| false,
-        |d| !d.e[0].out.send_cqes.is_empty(),
+    assert!(
+        !run_until_sent(&mut d, 3_000_000_000),
+        "nothing completes while the RQ is empty"
     );
-    assert!(!done, "nothing completes while the RQ is empty");
     assert_eq!(d.state(0), QpState::Rts);
     assert_eq!(d.e[1].qp.counters().rq.rnr_naks_sent, 0);
     assert_eq!(d.e[1].out.recv_cqes.len(), 0);
     d.post_recv(1, 64).expect("recv");
-    let done = run_until(
-        &mut d,
-        1_000_000_000,
-        |_, _| false,
-        |d| !d.e[0].out.send_cqes.is_empty(),
-    );
-    assert!(done);
+    assert!(run_until_sent(&mut d, 1_000_000_000));
     assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
 }
 
@@ -536,9 +477,7 @@ fn seed003_credit_hold_spends_no_rnr_retry_while_the_rq_stays_empty() {
 /// with RETRY_EXC_ERR (the QP is not armed).
 #[test]
 fn seed003_credit_hold_on_a_dead_path_exhausts_the_retry_count() {
-    let mut d = Duo::new(Opts::default());
-    d.flow(1); // 0 credits
-    d.take(0);
+    let mut d = Duo::credits_known(Opts::default()); // 0 credits
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     let timeout = local_ack_timeout_ns(8).expect("finite");
     let start = d.now;
@@ -562,14 +501,8 @@ fn seed003_credit_hold_on_a_dead_path_exhausts_the_retry_count() {
 /// Only): the First and Middle packets need none, and without a WQE the Last draws the RNR NAK.
 #[test]
 fn seed003_write_with_immediate_takes_its_credit_at_the_last_packet() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut first = req(Opcode::RcRdmaWriteFirst, PSN_A);
-    first.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 2 * MTU + 10,
-    });
+    let mut d = Duo::responder(0);
+    let first = req_reth(Opcode::RcRdmaWriteFirst, PSN_A, RMT, RMT_VA, 2 * MTU + 10);
     d.deliver(1, &first, &[1u8; MTU as usize], 1);
     let mut middle = req(Opcode::RcRdmaWriteMiddle, PSN_A + 1);
     middle.bth.ack_req = true;
@@ -605,21 +538,12 @@ fn seed003_write_with_immediate_takes_its_credit_at_the_last_packet() {
 /// take no SSN, so a Send behind them keeps the SSN the peer's credits were counted for.
 #[test]
 fn seed003_local_operations_take_no_ssn() {
-    let mut d = Duo::new(Opts {
+    // One credit: LSN = 1.
+    let mut d = Duo::credits_known(Opts {
         pre_rtr_recvs: [0, 1],
         ..Opts::default()
     });
-    d.flow(1); // one credit: LSN = 1
-    d.take(0);
-    let mut inv = SendWr::new(1, SendOpcode::LocalInv);
-    inv.invalidate_rkey = RMT;
-    d.post(0, inv).expect("post");
-    let mut reg = SendWr::new(2, SendOpcode::RegMr);
-    reg.reg.key = RMT;
-    reg.reg.iova = RMT_VA;
-    reg.reg.length = 1 << 16;
-    reg.reg.access = ACCESS_LOCAL_WRITE;
-    d.post(0, reg).expect("post");
+    d.post_local_ops();
     d.post(0, send_wr(3, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
@@ -629,9 +553,7 @@ fn seed003_local_operations_take_no_ssn() {
         3,
         "the Send is SSN 1, within the LSN: all its packets go"
     );
-    for (h, pl, port) in p {
-        d.deliver(1, &h, &pl, port);
-    }
+    d.deliver_all(1, &p);
     let acks = d.take(1);
     assert_eq!(aeth_of(&acks.last().expect("ACK").0).msn, 1);
     assert_eq!(d.e[0].qp.counters().sq.credit_stalls, 0);

@@ -1,14 +1,15 @@
 //! The fixture every rule test uses: [`Duo`], two QPs wired back to back (each an [`End`]
 //! with its memory and outputs) brought up to the state [`Opts`] asks for, where the test moves
-//! each packet by hand; plus the MRs, PSNs and helpers to build work requests and packets.
+//! each packet by hand; the usual starting points ([`Duo::responder`], [`Duo::running`],
+//! [`Duo::credits_known`]); plus the MRs, PSNs and helpers to build work requests and packets.
 
 use rvrdma_core::apm::{MigState, PathInfo, PathMatch};
-use rvrdma_core::events::Timer;
+use rvrdma_core::events::{Timer, WcStatus};
 use rvrdma_core::memory::{
     ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use rvrdma_core::psn::Psn;
-use rvrdma_core::qp::{QpAttrs, QpCreate};
+use rvrdma_core::qp::{QpAttrs, QpCreate, QpModifyError};
 use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
 use rvrdma_core::requester::PostError;
 use rvrdma_core::wire::{Aeth, AtomicEth, Bth, Headers, NakCode, Opcode, Reth, Syndrome};
@@ -35,6 +36,18 @@ pub struct End {
     pub mem: SimMem,
     pub out: SimOut,
     pub paths: [PathInfo; 2],
+}
+
+impl End {
+    /// True when every send completion so far has `status`.
+    pub fn sends_all(&self, status: WcStatus) -> bool {
+        self.out.send_cqes.iter().all(|c| c.status == status)
+    }
+
+    /// True when every receive completion so far has `status`.
+    pub fn recvs_all(&self, status: WcStatus) -> bool {
+        self.out.recv_cqes.iter().all(|c| c.status == status)
+    }
 }
 
 pub fn gid(node: usize, link: usize) -> [u8; 16] {
@@ -159,8 +172,68 @@ impl Duo {
         d
     }
 
-    fn go_init(&mut self, i: usize, pkey: u16) {
+    /// A pair in RTS for a test of node 1's responder: node 1 has `recvs` receives posted
+    /// before RTR, and its initial ACK is taken, so `take(1)` returns only its answers to the
+    /// packets the test delivers.
+    pub fn responder(recvs: usize) -> Duo {
+        Duo::responder_with(Opts {
+            pre_rtr_recvs: [0, recvs],
+            ..Opts::default()
+        })
+    }
+
+    /// [`Duo::responder`] with other options.
+    pub fn responder_with(o: Opts) -> Duo {
+        let mut d = Duo::new(o);
+        d.take(1);
+        d
+    }
+
+    /// A connection at rest, ready for work requests: node 1 has `recvs` receives posted
+    /// before RTR and both initial ACKs have arrived.
+    pub fn running(recvs: usize) -> Duo {
+        let mut d = Duo::new(Opts {
+            pre_rtr_recvs: [0, recvs],
+            ..Opts::default()
+        });
+        d.pump();
+        d
+    }
+
+    /// [`Duo::new`] once node 1's initial ACK has reached node 0, which so knows node 1's credit
+    /// count; node 0's own initial ACK is taken (lost).
+    pub fn credits_known(o: Opts) -> Duo {
+        let mut d = Duo::new(o);
+        d.flow(1);
+        d.take(0);
+        d
+    }
+
+    /// Node 1's initial ACK is replaced by one carrying `aeth` (an ACK of nothing, at PSN_A - 1):
+    /// the credit count and MSN node 0 then believes node 1 has.
+    pub fn announce(&mut self, aeth: Aeth) {
+        self.take(1);
+        let h = ack_pkt(Psn::new(PSN_A).prev().value(), aeth);
+        self.deliver(0, &h, &[], 1);
+    }
+
+    /// Modify QP of node `i`: the attributes of `a` that `m` names.
+    pub fn modify(&mut self, i: usize, a: &QpAttrs, m: AttrMask) -> Result<(), QpModifyError> {
         let e = &mut self.e[i];
+        e.qp.modify(0, a, m, &mut e.out)
+    }
+
+    /// Moves node `i` to `state` (a Modify QP of the state alone).
+    pub fn move_to(&mut self, i: usize, state: QpState) {
+        let a = QpAttrs {
+            qp_state: state,
+            ..QpAttrs::default()
+        };
+        self.modify(i, &a, AttrMask::STATE)
+            .unwrap_or_else(|e| panic!("to {state:?}: {e:?}"));
+    }
+
+    fn go_init(&mut self, i: usize, pkey: u16) {
         let a = QpAttrs {
             qp_state: QpState::Init,
             pkey,
@@ -168,14 +241,13 @@ impl Duo {
             ..QpAttrs::default()
         };
         let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
-        e.qp.modify(0, &a, m, &mut e.out).expect("INIT");
+        self.modify(i, &a, m).expect("INIT");
     }
 
     fn go_rtr(&mut self, i: usize, o: &Opts) {
-        let e = &mut self.e[i];
         let a = QpAttrs {
             qp_state: QpState::Rtr,
-            path: e.paths[0],
+            path: self.e[i].paths[0],
             path_mtu: 1,
             dest_qp_num: 0x11 + (1 - i) as u32,
             rq_psn: if i == 0 { o.psns.1 } else { o.psns.0 },
@@ -191,11 +263,10 @@ impl Duo {
         if !o.uc {
             m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
         }
-        e.qp.modify(0, &a, m, &mut e.out).expect("RTR");
+        self.modify(i, &a, m).expect("RTR");
     }
 
     fn go_rts(&mut self, i: usize, o: &Opts) {
-        let e = &mut self.e[i];
         let mut a = QpAttrs {
             qp_state: QpState::Rts,
             timeout: o.timeout,
@@ -215,11 +286,11 @@ impl Duo {
             m = AttrMask::STATE | AttrMask::SQ_PSN;
         }
         if o.armed {
-            a.alt_path = e.paths[1];
+            a.alt_path = self.e[i].paths[1];
             a.path_mig_state = MigState::Rearm;
             m = m | AttrMask::ALT_PATH | AttrMask::PATH_MIG_STATE;
         }
-        e.qp.modify(0, &a, m, &mut e.out).expect("RTS");
+        self.modify(i, &a, m).expect("RTS");
     }
 
     pub fn post_recv(&mut self, i: usize, len: u32) -> Result<(), PostError> {
@@ -241,6 +312,20 @@ impl Duo {
     pub fn post(&mut self, i: usize, wr: SendWr) -> Result<(), PostError> {
         let e = &mut self.e[i];
         e.qp.post_send(&wr, &mut e.out)
+    }
+
+    /// Posts node 0's local operations: WR 1 invalidates RMT (LOCAL_INV), WR 2 registers it
+    /// again (REG_MR).
+    pub fn post_local_ops(&mut self) {
+        let mut inv = SendWr::new(1, SendOpcode::LocalInv);
+        inv.invalidate_rkey = RMT;
+        self.post(0, inv).expect("post");
+        let mut reg = SendWr::new(2, SendOpcode::RegMr);
+        reg.reg.key = RMT;
+        reg.reg.iova = RMT_VA;
+        reg.reg.length = 1 << 16;
+        reg.reg.access = ACCESS_LOCAL_WRITE;
+        self.post(0, reg).expect("post");
     }
 
     pub fn progress(&mut self, i: usize) -> usize {
@@ -271,6 +356,13 @@ impl Duo {
         let now = self.now;
         let e = &mut self.e[to];
         e.qp.receive(now, h, payload, &pm, &mut e.mem, &mut e.out);
+    }
+
+    /// Delivers `packets`, as [`Duo::take`] returns them, to node `to`.
+    pub fn deliver_all(&mut self, to: usize, packets: &[(Headers, Vec<u8>, u8)]) {
+        for (h, p, port) in packets {
+            self.deliver(to, h, p, *port);
+        }
     }
 
     /// Moves everything node `from` sent to the peer.
@@ -362,6 +454,22 @@ pub fn req(opcode: Opcode, psn: u32) -> Headers {
     if info.has_immdt {
         h.immdt = Some(rvrdma_core::wire::ImmDt { imm: 7 });
     }
+    h
+}
+
+/// [`req`] with a RETH asking for `dma_len` bytes at `va` under `rkey`.
+pub fn req_reth(opcode: Opcode, psn: u32, rkey: u32, va: u64, dma_len: u32) -> Headers {
+    let mut h = req(opcode, psn);
+    h.reth = Some(Reth { va, rkey, dma_len });
+    h
+}
+
+/// [`req`] (an atomic) on the 8 bytes at `va` under `rkey`.
+pub fn req_atomic(opcode: Opcode, psn: u32, rkey: u32, va: u64) -> Headers {
+    let mut h = req(opcode, psn);
+    let a = h.atomic_eth.as_mut().expect("an atomic opcode");
+    a.rkey = rkey;
+    a.va = va;
     h
 }
 

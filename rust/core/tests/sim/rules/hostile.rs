@@ -4,7 +4,7 @@
 use rvrdma_core::events::Timer;
 use rvrdma_core::psn::Psn;
 use rvrdma_core::qp_state::QpState;
-use rvrdma_core::wire::{Aeth, AtomicEth, Bth, Headers, NakCode, Opcode, Operation, Reth};
+use rvrdma_core::wire::{Aeth, Bth, Headers, NakCode, Opcode, Operation, Reth};
 use rvrdma_core::wqe::SendOpcode;
 
 use crate::sim::rng::Rng;
@@ -85,50 +85,35 @@ fn garbage_packets_never_panic() {
 #[test]
 fn malicious_peer_huge_lengths_unknown_rkeys_bogus_psns() {
     // Huge RDMA Read length: invalid request, nothing read.
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcRdmaReadRequest, PSN_A);
-    h.reth = Some(Reth {
-        va: u64::MAX - 3,
-        rkey: RMT,
-        dma_len: u32::MAX,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_reth(
+        Opcode::RcRdmaReadRequest,
+        PSN_A,
+        RMT,
+        u64::MAX - 3,
+        u32::MAX,
+    );
     d.deliver(1, &h, &[], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
     // Write whose VA + length wraps around: remote access error, memory untouched.
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcRdmaWriteFirst, PSN_A);
-    h.reth = Some(Reth {
-        va: u64::MAX - 10,
-        rkey: RMT,
-        dma_len: 1 << 30,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_reth(Opcode::RcRdmaWriteFirst, PSN_A, RMT, u64::MAX - 10, 1 << 30);
     d.deliver(1, &h, &[0u8; MTU as usize], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
     // Unknown R_Key on an atomic: remote access error, not executed.
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcCompareSwap, PSN_A);
-    h.atomic_eth = Some(AtomicEth {
-        va: 0x1000,
-        rkey: 0x7777,
-        swap_add: 1,
-        compare: 0,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_atomic(Opcode::RcCompareSwap, PSN_A, 0x7777, 0x1000);
     d.deliver(1, &h, &[], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
     assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 0);
     // Bogus response PSNs at the requester: ignored as ghosts, nothing completes.
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     d.post(0, send_wr(1, SendOpcode::RdmaWrite, 8))
         .expect("post");
     d.progress(0);
     d.take(0);
     for psn in [0u32, 0x7F_FFFF, 0xFF_FFFF, PSN_A + 5000] {
-        let mut h = Headers::new(Bth::new(Opcode::RcAcknowledge, 0x11, Psn::new(psn)));
-        h.aeth = Some(Aeth::nak(0, NakCode::RemoteAccessError));
+        let h = ack_pkt(psn, Aeth::nak(0, NakCode::RemoteAccessError));
         d.deliver(0, &h, &[], 1);
         let mut h = Headers::new(Bth::new(
             Opcode::RcRdmaReadResponseOnly,
@@ -150,11 +135,7 @@ fn malicious_peer_huge_lengths_unknown_rkeys_bogus_psns() {
 /// mismatch is dropped silently: no ACK or NAK, no state change, counted.
 #[test]
 fn inbound_pkey_mismatch_is_dropped_silently_and_counted() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 4],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(4);
     let mut psn = PSN_A;
     // Node 0's next Send to node 1 with BTH:P_Key `pkey`; the number of responses.
     fn send(d: &mut Duo, psn: &mut u32, pkey: u16) -> usize {
@@ -180,12 +161,11 @@ fn inbound_pkey_mismatch_is_dropped_silently_and_counted() {
     assert_eq!(send(&mut d, &mut psn, 0x7FFF), 1);
     assert_eq!(d.e[1].out.recv_cqes.len(), 2);
     // A limited-member QP (0x7FFF) accepts full members only.
-    let mut lim = Duo::new(Opts {
+    let mut lim = Duo::responder_with(Opts {
         pre_rtr_recvs: [0, 4],
         pkeys: [0xFFFF, 0x7FFF],
         ..Opts::default()
     });
-    lim.take(1);
     psn = PSN_A;
     assert_eq!(
         send(&mut lim, &mut psn, 0x7FFF),
@@ -199,8 +179,10 @@ fn inbound_pkey_mismatch_is_dropped_silently_and_counted() {
         .expect("post");
     d.progress(0);
     let sent = d.take(0);
-    let mut nak = Headers::new(Bth::new(Opcode::RcAcknowledge, 0x11, sent[0].0.bth.psn));
-    nak.aeth = Some(Aeth::nak(0, NakCode::RemoteAccessError));
+    let mut nak = ack_pkt(
+        sent[0].0.bth.psn.value(),
+        Aeth::nak(0, NakCode::RemoteAccessError),
+    );
     nak.bth.pkey = 0x4321;
     d.deliver(0, &nak, &[], 1);
     assert_eq!(d.state(0), QpState::Rts);

@@ -7,7 +7,7 @@ use rvrdma_core::apm::PathMatch;
 use rvrdma_core::events::{AsyncEvent, WcStatus};
 use rvrdma_core::psn::Psn;
 use rvrdma_core::qp_state::QpState;
-use rvrdma_core::wire::{AtomicEth, Bth, Headers, NakCode, Opcode, Reth, Syndrome};
+use rvrdma_core::wire::{Bth, Headers, NakCode, Opcode, Syndrome};
 use rvrdma_core::wqe::{RecvWr, SendOpcode, SgList, Sge};
 
 use super::fixtures::*;
@@ -16,11 +16,7 @@ use super::fixtures::*;
 
 #[test]
 fn seed001_class_b_psn_sequence_error_nak_sent_once() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 4],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(4);
     let h = req(Opcode::RcSendOnly, PSN_A + 2);
     d.deliver(1, &h, &[1], 1);
     d.deliver(1, &h, &[1], 1);
@@ -35,8 +31,7 @@ fn seed001_class_b_psn_sequence_error_nak_sent_once() {
 
 #[test]
 fn seed001_class_b_rnr_nak_with_min_rnr_timer() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1, 2, 3], 1);
     let p = d.take(1);
     assert_eq!(p.len(), 1);
@@ -46,11 +41,7 @@ fn seed001_class_b_rnr_nak_with_min_rnr_timer() {
 }
 
 fn class_c_with_wqe_in_use(second: Opcode) {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 3],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(3);
     d.deliver(1, &req(Opcode::RcSendFirst, PSN_A), &[0u8; MTU as usize], 1);
     d.take(1);
     d.deliver(1, &req(second, PSN_A + 1), &[0u8; MTU as usize], 1);
@@ -79,49 +70,35 @@ fn seed001_class_c_first_where_middle_or_last_expected() {
 #[test]
 fn seed001_class_c_middle_or_last_where_first_expected() {
     for op in [Opcode::RcSendMiddle, Opcode::RcSendLast] {
-        let mut d = Duo::new(Opts {
-            pre_rtr_recvs: [0, 2],
-            ..Opts::default()
-        });
-        d.take(1);
+        let mut d = Duo::responder(2);
         d.deliver(1, &req(op, PSN_A), &[0u8; MTU as usize], 1);
         let p = d.take(1);
         assert!(is_nak(&p[0].0, NakCode::InvalidRequest));
         assert_eq!(d.state(1), QpState::Error);
         // No RQ WQE was in use: affiliated async event, then the RQ is flushed.
         assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr));
-        assert!(d.e[1]
-            .out
-            .recv_cqes
-            .iter()
-            .all(|w| w.status == WcStatus::WrFlushErr));
+        assert!(d.e[1].recvs_all(WcStatus::WrFlushErr));
     }
 }
 
 #[test]
 fn seed001_class_c_r_key_violation_nak_and_access_error_event() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: 0xdead,
-        dma_len: 4,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_reth(Opcode::RcRdmaWriteOnly, PSN_A, 0xdead, RMT_VA, 4);
     d.deliver(1, &h, &[1, 2, 3, 4], 1);
     let p = d.take(1);
     assert!(is_nak(&p[0].0, NakCode::RemoteAccessError));
     assert!(d.e[1].out.has_event(AsyncEvent::QpAccessErr));
     assert_eq!(d.state(1), QpState::Error);
     // Out of bounds of a valid MR: same, and memory untouched.
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A);
-    h.reth = Some(Reth {
-        va: RMT_VA + (1 << 16) - 2,
-        rkey: RMT,
-        dma_len: 4,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_reth(
+        Opcode::RcRdmaWriteOnly,
+        PSN_A,
+        RMT,
+        RMT_VA + (1 << 16) - 2,
+        4,
+    );
     d.deliver(1, &h, &[9, 9, 9, 9], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
     let m = d.e[1].mem.0.borrow();
@@ -133,15 +110,8 @@ fn seed001_class_c_r_key_violation_nak_and_access_error_event() {
 
 #[test]
 fn seed001_class_c_misaligned_atomic_va() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcFetchAdd, PSN_A);
-    h.atomic_eth = Some(AtomicEth {
-        va: ATM_VA + 4,
-        rkey: ATM,
-        swap_add: 1,
-        compare: 0,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_atomic(Opcode::RcFetchAdd, PSN_A, ATM, ATM_VA + 4);
     d.deliver(1, &h, &[], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
     assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr));
@@ -150,17 +120,11 @@ fn seed001_class_c_misaligned_atomic_va() {
 
 #[test]
 fn seed001_class_c_too_many_rdma_read_or_atomic_requests() {
-    let mut d = Duo::new(Opts {
+    let mut d = Duo::responder_with(Opts {
         max_dest_rd_atomic: 1,
         ..Opts::default()
     });
-    d.take(1);
-    let mut h = req(Opcode::RcRdmaReadRequest, PSN_A);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 8,
-    });
+    let h = req_reth(Opcode::RcRdmaReadRequest, PSN_A, RMT, RMT_VA, 8);
     d.deliver(1, &h, &[], 1);
     let mut h2 = h;
     h2.bth.psn = Psn::new(PSN_A + 1);
@@ -188,22 +152,14 @@ fn seed001_class_c_payload_length_inconsistent_with_opcode() {
         (Opcode::RcSendFirst, MTU as usize - 1),
         (Opcode::RcSendOnly, MTU as usize + 4),
     ] {
-        let mut d = Duo::new(Opts {
-            pre_rtr_recvs: [0, 1],
-            ..Opts::default()
-        });
-        d.take(1);
+        let mut d = Duo::responder(1);
         d.deliver(1, &req(op, PSN_A), &vec![0u8; len], 1);
         assert!(
             is_nak(&d.take(1)[0].0, NakCode::InvalidRequest),
             "{op:?} {len}"
         );
     }
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 1],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(1);
     d.deliver(1, &req(Opcode::RcSendFirst, PSN_A), &[0u8; MTU as usize], 1);
     d.deliver(1, &req(Opcode::RcSendLast, PSN_A + 1), &[], 1);
     let p = d.take(1);
@@ -215,22 +171,15 @@ fn seed001_class_c_payload_length_inconsistent_with_opcode() {
 
 #[test]
 fn seed001_class_c_rdma_write_payload_differs_from_dma_length() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
-    let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 8,
-    });
+    let mut d = Duo::responder(0);
+    let h = req_reth(Opcode::RcRdmaWriteOnly, PSN_A, RMT, RMT_VA, 8);
     d.deliver(1, &h, &[1, 2, 3, 4], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
 }
 
 #[test]
 fn seed001_class_a_malformed_rq_wqe_flushes_rq_and_sq() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     let e = &mut d.e[1];
     let bad = RecvWr {
         wr_id: 77,
@@ -259,17 +208,11 @@ fn seed001_class_a_malformed_rq_wqe_flushes_rq_and_sq() {
 
 #[test]
 fn seed001_class_d_invalid_duplicate_atomic_silently_dropped() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     // ePSN moves past PSN_A + 1 with two writes; then an "atomic" at PSN_A (a duplicate PSN
     // with no saved atomic result).
     for k in 0..2 {
-        let mut h = req(Opcode::RcRdmaWriteOnly, PSN_A + k);
-        h.reth = Some(Reth {
-            va: RMT_VA,
-            rkey: RMT,
-            dma_len: 1,
-        });
+        let h = req_reth(Opcode::RcRdmaWriteOnly, PSN_A + k, RMT, RMT_VA, 1);
         d.deliver(1, &h, &[1], 1);
     }
     d.take(1);
@@ -282,8 +225,7 @@ fn seed001_class_d_invalid_duplicate_atomic_silently_dropped() {
 
 #[test]
 fn seed001_duplicate_atomic_replays_saved_result_executes_once() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     let h = req(Opcode::RcFetchAdd, PSN_A);
     d.deliver(1, &h, &[], 1);
     d.progress(1);
@@ -298,15 +240,9 @@ fn seed001_duplicate_atomic_replays_saved_result_executes_once() {
 
 #[test]
 fn seed001_duplicate_read_is_executed_again() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 300]);
-    let mut h = req(Opcode::RcRdmaReadRequest, PSN_A);
-    h.reth = Some(Reth {
-        va: RMT_VA,
-        rkey: RMT,
-        dma_len: 300,
-    });
+    let h = req_reth(Opcode::RcRdmaReadRequest, PSN_A, RMT, RMT_VA, 300);
     d.deliver(1, &h, &[], 1);
     d.progress(1);
     assert_eq!(d.take(1).len(), 2);
@@ -319,11 +255,7 @@ fn seed001_duplicate_read_is_executed_again() {
 
 #[test]
 fn seed001_duplicate_send_acked_not_executed_again() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 2],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(2);
     let mut h = req(Opcode::RcSendOnly, PSN_A);
     h.bth.ack_req = true;
     d.deliver(1, &h, &[1, 2, 3], 1);
@@ -336,11 +268,7 @@ fn seed001_duplicate_send_acked_not_executed_again() {
 
 #[test]
 fn seed001_class_g_cq_overflow_qp_to_error_no_cqes() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 3],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(3);
     d.e[1].out.cq_cap = 0;
     d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
     assert_eq!(d.state(1), QpState::Error);
@@ -357,11 +285,7 @@ fn seed001_class_g_cq_overflow_qp_to_error_no_cqes() {
 /// never completes a message the responder's owner never saw.
 #[test]
 fn seed001_class_g_leaves_no_ack_for_the_lost_message() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 3],
-        ..Opts::default()
-    });
-    d.pump();
+    let mut d = Duo::running(3);
     d.e[1].out.cq_cap = 0;
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     d.progress(0);
@@ -410,11 +334,7 @@ fn deliver_raw(d: &mut Duo, to: usize, b: &rvrdma_core::wire::bth::RawBth) {
 #[test]
 fn seed001_class_c_reserved_opcode_invalid_request_nak_qp_to_error() {
     for op in [0x15u8, 0x18, 0x1A, 0x1C, 0x1D, 0x1F] {
-        let mut d = Duo::new(Opts {
-            pre_rtr_recvs: [0, 2],
-            ..Opts::default()
-        });
-        d.take(1);
+        let mut d = Duo::responder(2);
         deliver_raw(&mut d, 1, &raw_request(op, PSN_A));
         let p = d.take(1);
         assert_eq!(p.len(), 1, "{op:#x}");
@@ -422,9 +342,8 @@ fn seed001_class_c_reserved_opcode_invalid_request_nak_qp_to_error() {
         assert_eq!(p[0].0.bth.psn, Psn::new(PSN_A));
         assert_eq!(d.state(1), QpState::Error, "{op:#x}");
         assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr), "{op:#x}");
-        let c = &d.e[1].out.recv_cqes;
-        assert_eq!(c.len(), 2);
-        assert!(c.iter().all(|w| w.status == WcStatus::WrFlushErr));
+        assert_eq!(d.e[1].out.recv_cqes.len(), 2);
+        assert!(d.e[1].recvs_all(WcStatus::WrFlushErr));
         // The requester sees the NAK as an invalid request.
         d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
             .expect("post");
@@ -439,11 +358,7 @@ fn seed001_class_c_reserved_opcode_invalid_request_nak_qp_to_error() {
 /// Request" and the remaining ones are flushed (no affiliated event then).
 #[test]
 fn seed001_class_c_reserved_opcode_with_a_wqe_in_use() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 3],
-        ..Opts::default()
-    });
-    d.take(1);
+    let mut d = Duo::responder(3);
     d.deliver(1, &req(Opcode::RcSendFirst, PSN_A), &[0u8; MTU as usize], 1);
     d.take(1);
     deliver_raw(&mut d, 1, &raw_request(0x1B, PSN_A + 1));
@@ -461,8 +376,7 @@ fn seed001_class_c_reserved_opcode_with_a_wqe_in_use() {
 /// header checks and is dropped silently (class D), as is a reserved opcode sent to a UC QP.
 #[test]
 fn reserved_opcode_psn_checks_and_other_transports() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
         .expect("post");
     d.pump(); // the responder's ePSN is PSN_A + 1

@@ -4,7 +4,7 @@
 use rvrdma_core::credit::CREDIT_CODE_INVALID;
 use rvrdma_core::events::Timer;
 use rvrdma_core::psn::Psn;
-use rvrdma_core::wire::{Aeth, Bth, Headers, Opcode, Reth, Syndrome};
+use rvrdma_core::wire::{Aeth, Opcode, Syndrome};
 use rvrdma_core::wqe::SendOpcode;
 
 use super::fixtures::*;
@@ -17,14 +17,7 @@ fn requester_new_message_takes_a_fresh_psn_after_rnr_and_late_ack() {
     // then completes; the next WQE must not reuse the Send's PSN.
     let mut d = Duo::new(Opts::default());
     d.take(0);
-    d.take(1);
-    let mut h = Headers::new(Bth::new(
-        Opcode::RcAcknowledge,
-        0x11,
-        Psn::new(PSN_A).prev(),
-    ));
-    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
-    d.deliver(0, &h, &[], 1);
+    d.announce(Aeth::ack(0, CREDIT_CODE_INVALID));
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     d.progress(0);
     let p = d.take(0);
@@ -37,9 +30,7 @@ fn requester_new_message_takes_a_fresh_psn_after_rnr_and_late_ack() {
     assert!(r
         .iter()
         .any(|(h, _, _)| aeth_of(h).syndrome == Syndrome::RnrNak { timer: 3 }));
-    for (h, pl, port) in r {
-        d.deliver(0, &h, &pl, port);
-    }
+    d.deliver_all(0, &r);
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 4))
         .expect("post");
     d.fire(0, Timer::Rnr);
@@ -57,20 +48,10 @@ fn requester_new_message_takes_a_fresh_psn_after_rnr_and_late_ack() {
 /// RDMA Read Response Last with a PSN past its range.
 #[test]
 fn fuzz_duplicate_read_resent_later_read_from_stale_offset() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 600]);
-    let read = |psn: u32, va: u64| {
-        let mut h = req(Opcode::RcRdmaReadRequest, psn);
-        h.reth = Some(Reth {
-            va,
-            rkey: RMT,
-            dma_len: 300,
-        });
-        h
-    };
-    let first = read(PSN_A, RMT_VA);
-    let second = read(PSN_A + 2, RMT_VA + 300);
+    let first = req_reth(Opcode::RcRdmaReadRequest, PSN_A, RMT, RMT_VA, 300);
+    let second = req_reth(Opcode::RcRdmaReadRequest, PSN_A + 2, RMT, RMT_VA + 300, 300);
     d.deliver(1, &first, &[], 1);
     d.deliver(1, &second, &[], 1);
     d.progress(1);

@@ -6,7 +6,7 @@ use rvrdma_core::events::{AsyncEvent, WcStatus};
 use rvrdma_core::memory::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
 use rvrdma_core::qp::QpAttrs;
 use rvrdma_core::qp_state::{AttrMask, QpState};
-use rvrdma_core::wqe::SendOpcode;
+use rvrdma_core::wqe::{SendOpcode, SendWr};
 
 use super::fixtures::*;
 
@@ -39,6 +39,18 @@ fn r_key_violations(op: SendOpcode) -> Vec<(&'static str, u32, u64)> {
         ));
     }
     v
+}
+
+/// Node 0's 64-byte RDMA Write or Read (`op`) at `va` under `rkey`.
+fn rdma_wr(op: SendOpcode, id: u64, rkey: u32, va: u64) -> SendWr {
+    let mut wr = if op == SendOpcode::RdmaRead {
+        read_wr(id, 64)
+    } else {
+        send_wr(id, SendOpcode::RdmaWrite, 64)
+    };
+    wr.rkey = rkey;
+    wr.remote_addr = va;
+    wr
 }
 
 fn r_key_duo(case: &str) -> Duo {
@@ -95,14 +107,7 @@ fn seed001_class_c_every_r_key_violation_is_a_remote_access_error() {
     for op in [SendOpcode::RdmaWrite, SendOpcode::RdmaRead] {
         for (case, rkey, va) in r_key_violations(op) {
             let mut d = r_key_duo(case);
-            let mut wr = if op == SendOpcode::RdmaRead {
-                read_wr(1, 64)
-            } else {
-                send_wr(1, SendOpcode::RdmaWrite, 64)
-            };
-            wr.rkey = rkey;
-            wr.remote_addr = va;
-            d.post(0, wr).expect("post");
+            d.post(0, rdma_wr(op, 1, rkey, va)).expect("post");
             d.pump();
             let what = format!("{op:?}, {case}");
             let c = &d.e[0].out.send_cqes;
@@ -141,20 +146,12 @@ fn seed001_class_c_every_r_key_violation_is_a_remote_access_error() {
 #[test]
 fn seed001_r_key_good_key_works_and_disabled_qp_access_is_an_invalid_request() {
     let mut d = r_key_duo("");
-    let mut w = send_wr(1, SendOpcode::RdmaWrite, 64);
-    w.rkey = TGT;
-    w.remote_addr = TGT_VA;
-    d.post(0, w).expect("post");
-    let mut r = read_wr(2, 64);
-    r.rkey = TGT;
-    r.remote_addr = TGT_VA + 64;
-    d.post(0, r).expect("post");
+    d.post(0, rdma_wr(SendOpcode::RdmaWrite, 1, TGT, TGT_VA))
+        .expect("post");
+    d.post(0, rdma_wr(SendOpcode::RdmaRead, 2, TGT, TGT_VA + 64))
+        .expect("post");
     d.pump();
-    assert!(d.e[0]
-        .out
-        .send_cqes
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    assert!(d.e[0].sends_all(WcStatus::Success));
     assert_eq!(d.e[1].mem.peek(TGT, TGT_VA, 64), vec![0x3C; 64]);
     assert_eq!(d.e[0].mem.peek(DST, DST_VA, 64), vec![PATTERN; 64]);
     for (op, access) in [
@@ -162,21 +159,13 @@ fn seed001_r_key_good_key_works_and_disabled_qp_access_is_an_invalid_request() {
         (SendOpcode::RdmaRead, ACCESS_REMOTE_WRITE),
     ] {
         let mut d = r_key_duo("");
-        let e = &mut d.e[1];
         let a = QpAttrs {
             qp_access_flags: access,
             ..QpAttrs::default()
         };
-        e.qp.modify(0, &a, AttrMask::ACCESS_FLAGS, &mut e.out)
+        d.modify(1, &a, AttrMask::ACCESS_FLAGS)
             .expect("access flags");
-        let mut wr = if op == SendOpcode::RdmaRead {
-            read_wr(1, 64)
-        } else {
-            send_wr(1, SendOpcode::RdmaWrite, 64)
-        };
-        wr.rkey = TGT;
-        wr.remote_addr = TGT_VA;
-        d.post(0, wr).expect("post");
+        d.post(0, rdma_wr(op, 1, TGT, TGT_VA)).expect("post");
         d.pump();
         assert_eq!(
             d.e[0].out.send_cqes[0].status,

@@ -4,11 +4,10 @@
 
 use rvrdma_core::credit::CREDIT_CODE_INVALID;
 use rvrdma_core::events::{Timer, WcOpcode, WcStatus};
-use rvrdma_core::memory::ACCESS_LOCAL_WRITE;
 use rvrdma_core::psn::Psn;
 use rvrdma_core::qp_state::QpState;
 use rvrdma_core::requester::local_ack_timeout_ns;
-use rvrdma_core::wire::{Aeth, Bth, Headers, NakCode, Opcode, Reth};
+use rvrdma_core::wire::{Aeth, Headers, NakCode, Opcode};
 use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
 
 use crate::sim::node::timer_index;
@@ -19,13 +18,9 @@ use super::fixtures::*;
 
 #[test]
 fn requester_segmentation_and_end_to_end_transfer() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 2],
-        ..Opts::default()
-    });
+    let mut d = Duo::running(2);
     let data: Vec<u8> = (0..700u32).map(|x| x as u8).collect();
     fill(&d.e[0].mem, SRC, SRC_VA, &data);
-    d.pump();
     d.post(0, send_wr(1, SendOpcode::SendWithImm, 700))
         .expect("post");
     d.pump();
@@ -41,11 +36,7 @@ fn requester_segmentation_and_end_to_end_transfer() {
 
 #[test]
 fn requester_psn_sequence_nak_retransmits_from_nak_psn() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 4],
-        ..Opts::default()
-    });
-    d.pump();
+    let mut d = Duo::running(4);
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
     d.progress(0);
@@ -66,14 +57,7 @@ fn requester_rnr_nak_waits_then_retries_rnr_retry_7_infinite() {
         rnr_retry: 7,
         ..Opts::default()
     });
-    let mut h = Headers::new(Bth::new(
-        Opcode::RcAcknowledge,
-        0x11,
-        Psn::new(PSN_A).prev(),
-    ));
-    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
-    d.take(1);
-    d.deliver(0, &h, &[], 1);
+    d.announce(Aeth::ack(0, CREDIT_CODE_INVALID));
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     for _ in 0..20 {
         d.progress(0);
@@ -94,14 +78,7 @@ fn requester_rnr_retry_exhausted_completes_with_rnr_retry_exc_err() {
         rnr_retry: 1,
         ..Opts::default()
     });
-    let mut h = Headers::new(Bth::new(
-        Opcode::RcAcknowledge,
-        0x11,
-        Psn::new(PSN_A).prev(),
-    ));
-    h.aeth = Some(Aeth::ack(0, CREDIT_CODE_INVALID));
-    d.take(1);
-    d.deliver(0, &h, &[], 1);
+    d.announce(Aeth::ack(0, CREDIT_CODE_INVALID));
     d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
     d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
     for _ in 0..2 {
@@ -120,8 +97,7 @@ fn requester_rnr_retry_exhausted_completes_with_rnr_retry_exc_err() {
 
 #[test]
 fn requester_remote_access_nak_error_completion_and_flush() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     let mut w = send_wr(1, SendOpcode::RdmaWrite, 8);
     w.rkey = 0xbad;
     d.post(0, w).expect("post");
@@ -143,19 +119,9 @@ fn requester_local_ack_timeout_formula_and_infinite() {
 
 #[test]
 fn requester_read_and_atomic_responses_fill_local_memory() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[0xAB; 600]);
-    let mut rd = SendWr::new(1, SendOpcode::RdmaRead);
-    rd.sg = SgList::from_slice(&[Sge {
-        addr: DST_VA,
-        length: 600,
-        lkey: DST,
-    }])
-    .expect("sg");
-    rd.remote_addr = RMT_VA;
-    rd.rkey = RMT;
-    d.post(0, rd).expect("post");
+    d.post(0, read_wr(1, 600)).expect("post");
     let mut fa = SendWr::new(2, SendOpcode::AtomicFetchAndAdd);
     fa.sg = SgList::from_slice(&[Sge {
         addr: DST_VA + 1024,
@@ -175,11 +141,7 @@ fn requester_read_and_atomic_responses_fill_local_memory() {
         m.read(DST, DST_VA + 1024, 8).expect("r"),
         5u64.to_ne_bytes().to_vec()
     );
-    assert!(d.e[0]
-        .out
-        .send_cqes
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    assert!(d.e[0].sends_all(WcStatus::Success));
 }
 
 #[test]
@@ -202,8 +164,7 @@ fn requester_psn_24_bit_wrap() {
 
 #[test]
 fn responder_acks_at_message_end_and_every_n_packets() {
-    let mut d = Duo::new(Opts::default());
-    d.take(1);
+    let mut d = Duo::responder(0);
     // A 20-packet RDMA Write without AckReq except the last: ACKs at 8, 16 and the end.
     let n = 20u32;
     for k in 0..n {
@@ -212,14 +173,11 @@ fn responder_acks_at_message_end_and_every_n_packets() {
             x if x == n - 1 => Opcode::RcRdmaWriteLast,
             _ => Opcode::RcRdmaWriteMiddle,
         };
-        let mut h = req(op, PSN_A + k);
-        if k == 0 {
-            h.reth = Some(Reth {
-                va: RMT_VA,
-                rkey: RMT,
-                dma_len: n * MTU,
-            });
-        }
+        let h = if k == 0 {
+            req_reth(op, PSN_A + k, RMT, RMT_VA, n * MTU)
+        } else {
+            req(op, PSN_A + k)
+        };
         d.deliver(1, &h, &[0u8; MTU as usize], 1);
     }
     let acks = d.take(1);
@@ -231,11 +189,7 @@ fn responder_acks_at_message_end_and_every_n_packets() {
 
 #[test]
 fn requester_implied_nak_retries_the_unanswered_read() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 4],
-        ..Opts::default()
-    });
-    d.pump();
+    let mut d = Duo::running(4);
     d.post(0, read_wr(1, 100)).expect("post");
     d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
     d.progress(0);
@@ -250,19 +204,15 @@ fn requester_implied_nak_retries_the_unanswered_read() {
     assert_eq!(again[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
     assert_eq!(again[0].0.bth.psn, Psn::new(PSN_A));
     assert_eq!(d.e[0].qp.counters().sq.retries, 1);
-    for (h, p, port) in again {
-        d.deliver(1, &h, &p, port);
-    }
+    d.deliver_all(1, &again);
     d.pump();
-    let c = &d.e[0].out.send_cqes;
-    assert_eq!(c.len(), 2);
-    assert!(c.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(d.e[0].out.send_cqes.len(), 2);
+    assert!(d.e[0].sends_all(WcStatus::Success));
 }
 
 #[test]
 fn requester_resumes_a_partially_answered_read_from_the_first_missing_response() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[3u8; 600]);
     d.post(0, read_wr(1, 600)).expect("post");
     d.progress(0);
@@ -279,9 +229,7 @@ fn requester_resumes_a_partially_answered_read_from_the_first_missing_response()
     // After a timeout the window is one packet: the resumed read asks for one response's
     // worth, the rest once that arrived.
     assert_eq!((reth.va, reth.dma_len), (RMT_VA + MTU as u64, MTU));
-    for (h, pl, port) in p {
-        d.deliver(1, &h, &pl, port);
-    }
+    d.deliver_all(1, &p);
     d.pump();
     assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
     assert_eq!(
@@ -300,8 +248,7 @@ fn requester_resumes_a_partially_answered_read_from_the_first_missing_response()
 /// next only once the previous one has arrived; the data lands in place.
 #[test]
 fn requester_resumes_a_read_one_window_at_a_time() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     let data: Vec<u8> = (0..20 * MTU).map(|i| (i * 7 % 251) as u8).collect();
     fill(&d.e[1].mem, RMT, RMT_VA, &data);
     d.post(0, read_wr(1, 20 * MTU)).expect("post");
@@ -322,13 +269,9 @@ fn requester_resumes_a_read_one_window_at_a_time() {
         assert_eq!(p.len(), 1, "one request at a time");
         let reth = p[0].0.reth.expect("RETH");
         asked.push((p[0].0.bth.psn.value() - PSN_A, reth.dma_len / MTU));
-        for (h, pl, port) in p {
-            d.deliver(1, &h, &pl, port);
-        }
+        d.deliver_all(1, &p);
         d.progress(1);
-        for (h, pl, port) in d.take(1) {
-            d.deliver(0, &h, &pl, port);
-        }
+        d.flow(1);
     }
     // Windows of 1, 2, 4 and 8 responses (each answered window widens it), then the rest.
     assert_eq!(asked, [(1, 1), (2, 2), (4, 4), (8, 8), (16, 4)]);
@@ -348,11 +291,7 @@ fn requester_resumes_a_read_one_window_at_a_time() {
 
 #[test]
 fn responder_send_with_invalidate_invalidates_rkey_and_reports_it() {
-    let mut d = Duo::new(Opts {
-        pre_rtr_recvs: [0, 2],
-        ..Opts::default()
-    });
-    d.pump();
+    let mut d = Duo::running(2);
     let mut w = send_wr(1, SendOpcode::SendWithInv, 16);
     w.invalidate_rkey = RMT;
     d.post(0, w).expect("post");
@@ -373,17 +312,8 @@ fn responder_send_with_invalidate_invalidates_rkey_and_reports_it() {
 
 #[test]
 fn local_inv_and_reg_mr_complete_in_order() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
-    let mut inv = SendWr::new(1, SendOpcode::LocalInv);
-    inv.invalidate_rkey = RMT;
-    d.post(0, inv).expect("post");
-    let mut reg = SendWr::new(2, SendOpcode::RegMr);
-    reg.reg.key = RMT;
-    reg.reg.iova = RMT_VA;
-    reg.reg.length = 1 << 16;
-    reg.reg.access = ACCESS_LOCAL_WRITE;
-    d.post(0, reg).expect("post");
+    let mut d = Duo::running(0);
+    d.post_local_ops();
     d.pump();
     let c = &d.e[0].out.send_cqes;
     assert_eq!(
@@ -416,9 +346,7 @@ fn requester_keeps_at_most_max_unacked_psns_outstanding() {
         MAX_UNACKED_PSNS,
         "no more than the window before an ACK"
     );
-    for (h, payload, port) in &first {
-        d.deliver(1, h, payload, *port);
-    }
+    d.deliver_all(1, &first);
     d.flow(1);
     while d.progress(0) > 0 {}
     assert_eq!(
@@ -438,8 +366,7 @@ fn psns(p: &[(Headers, Vec<u8>, u8)]) -> Vec<u32> {
 /// asks for an ACK (the responder coalesces them). A sequence NAK halves the window.
 #[test]
 fn requester_window_closes_on_timeout_and_reopens_with_acks() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     d.post(0, send_wr(1, SendOpcode::RdmaWrite, 60 * MTU))
         .expect("post");
     d.progress(0);
@@ -486,8 +413,7 @@ fn requester_window_closes_on_timeout_and_reopens_with_acks() {
 /// peer lacks: what it already has is not sent again.
 #[test]
 fn requester_window_pass_resumes_at_the_acknowledged_psn() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     d.post(0, send_wr(1, SendOpcode::RdmaWrite, 40 * MTU))
         .expect("post");
     d.progress(0);

@@ -48,8 +48,7 @@ fn nak_storm(d: &mut Duo) -> Option<usize> {
 /// faster than the local ACK timeout must not hold the QP in RTS forever.
 #[test]
 fn seed000_repeated_sequence_naks_exhaust_the_retry_count() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     let n = nak_storm(&mut d).expect("the NAKs exhausted the retry count");
     assert_eq!(
         n, 4,
@@ -72,11 +71,7 @@ fn seed000_repeated_sequence_naks_migrate_when_armed() {
     assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
     assert_eq!(d.state(0), QpState::Rts);
     assert_eq!(d.e[0].qp.sq_logic().retry_left(), 3, "reloaded");
-    assert!(d.e[0]
-        .out
-        .send_cqes
-        .iter()
-        .all(|c| c.status == WcStatus::Success));
+    assert!(d.e[0].sends_all(WcStatus::Success));
 }
 
 /// A NAK that the requester ignores (a copy of the NAK whose retransmission has not gone out
@@ -84,8 +79,7 @@ fn seed000_repeated_sequence_naks_migrate_when_armed() {
 /// progress restarts it (seed 000 counts timeouts per request).
 #[test]
 fn seed000_ignored_nak_does_not_push_the_transport_timer_out() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     d.post(0, send_wr(1, SendOpcode::RdmaWrite, 10))
         .expect("post");
     d.progress(0);
@@ -113,8 +107,7 @@ fn seed000_ignored_nak_does_not_push_the_transport_timer_out() {
 /// timeouts.
 #[test]
 fn seed000_repeated_implied_naks_cannot_hold_off_the_transport_timer() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     d.post(0, read_wr(1, 100)).expect("post");
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 10))
         .expect("post");
@@ -150,8 +143,7 @@ fn seed000_repeated_implied_naks_cannot_hold_off_the_transport_timer() {
 /// its response arrives.
 #[test]
 fn requester_acks_in_flight_before_a_read_retry_cost_no_retry() {
-    let mut d = Duo::new(Opts::default());
-    d.pump();
+    let mut d = Duo::running(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[9u8; 100]);
     d.post(0, read_wr(1, 100)).expect("post");
     for k in 0..4 {
@@ -181,21 +173,16 @@ fn requester_acks_in_flight_before_a_read_retry_cost_no_retry() {
     let again = d.take(0);
     assert_eq!(again[0].0.bth.opcode, Opcode::RcRdmaReadRequest);
     // The other ACKs were already on their way.
-    for (h, p, port) in &acks[1..] {
-        d.deliver(0, h, p, *port);
-    }
+    d.deliver_all(0, &acks[1..]);
     assert_eq!(
         d.e[0].qp.counters().sq.retries,
         1,
         "no retry for ACKs in flight"
     );
-    for (h, p, port) in again {
-        d.deliver(1, &h, &p, port);
-    }
+    d.deliver_all(1, &again);
     d.pump();
-    let c = &d.e[0].out.send_cqes;
-    assert_eq!(c.len(), 5);
-    assert!(c.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(d.e[0].out.send_cqes.len(), 5);
+    assert!(d.e[0].sends_all(WcStatus::Success));
     assert_eq!(
         d.e[0].mem.0.borrow().read(DST, DST_VA, 100).expect("r"),
         vec![9u8; 100]

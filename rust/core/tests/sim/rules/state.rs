@@ -49,26 +49,15 @@ fn comm_est_raised_for_first_packet_in_rtr() {
     d.take(1);
     d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1], 1);
     d.deliver(1, &req(Opcode::RcSendOnly, PSN_A + 1), &[1], 1);
-    let n = d.e[1]
-        .out
-        .events
-        .iter()
-        .filter(|(e, _)| *e == AsyncEvent::CommEst)
-        .count();
-    assert_eq!(n, 1);
+    assert_eq!(d.e[1].out.event_count(AsyncEvent::CommEst), 1);
 }
 
 #[test]
 fn sqd_drains_and_raises_sq_drained_only_if_requested() {
     for notify in [false, true] {
-        let mut d = Duo::new(Opts {
-            pre_rtr_recvs: [0, 4],
-            ..Opts::default()
-        });
-        d.pump();
+        let mut d = Duo::running(4);
         d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
         d.progress(0);
-        let e = &mut d.e[0];
         let a = QpAttrs {
             qp_state: QpState::Sqd,
             en_sqd_async_notify: notify,
@@ -78,7 +67,7 @@ fn sqd_drains_and_raises_sq_drained_only_if_requested() {
         if notify {
             m |= AttrMask::EN_SQD_ASYNC_NOTIFY;
         }
-        e.qp.modify(0, &a, m, &mut e.out).expect("SQD");
+        d.modify(0, &a, m).expect("SQD");
         d.post(0, send_wr(2, SendOpcode::Send, 10))
             .expect("held in SQD");
         assert!(!d.e[0].out.has_event(AsyncEvent::SqDrained), "in flight");
@@ -97,20 +86,10 @@ fn error_flushes_both_queues_in_order() {
     for k in 0..3 {
         d.post(0, send_wr(k, SendOpcode::Send, 10)).expect("post");
     }
-    let e = &mut d.e[0];
-    let a = QpAttrs {
-        qp_state: QpState::Error,
-        ..QpAttrs::default()
-    };
-    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
-        .expect("ERR");
+    d.move_to(0, QpState::Error);
     let s: Vec<u64> = d.e[0].out.send_cqes.iter().map(|c| c.wr_id).collect();
     assert_eq!(s, vec![0, 1, 2]);
-    assert!(d.e[0]
-        .out
-        .send_cqes
-        .iter()
-        .all(|c| c.status == WcStatus::WrFlushErr));
+    assert!(d.e[0].sends_all(WcStatus::WrFlushErr));
     assert_eq!(d.e[0].out.recv_cqes.len(), 3);
     d.post(0, send_wr(9, SendOpcode::Send, 1))
         .expect("accepted in Error");
@@ -126,13 +105,7 @@ fn srq_qp_entering_error_raises_last_wqe_reached() {
         srq: [true, false],
         ..Opts::default()
     });
-    let e = &mut d.e[0];
-    let a = QpAttrs {
-        qp_state: QpState::Error,
-        ..QpAttrs::default()
-    };
-    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
-        .expect("ERR");
+    d.move_to(0, QpState::Error);
     assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
 }
 
@@ -144,13 +117,7 @@ fn srq_qp_flushes_the_wqe_it_holds_on_error() {
     });
     // The shell hands the SRQ QP one WQE from the SRQ; the QP then enters Error.
     d.post_recv(0, 4096).expect("recv");
-    let e = &mut d.e[0];
-    let a = QpAttrs {
-        qp_state: QpState::Error,
-        ..QpAttrs::default()
-    };
-    e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
-        .expect("ERR");
+    d.move_to(0, QpState::Error);
     let c = &d.e[0].out.recv_cqes;
     assert_eq!(c.len(), 1, "the held WQE completes");
     assert_eq!(c[0].status, WcStatus::WrFlushErr);

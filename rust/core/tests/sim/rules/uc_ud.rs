@@ -25,15 +25,8 @@ fn uc_send_and_write_with_imm_without_acks() {
     d.post(0, send_wr(1, SendOpcode::Send, 600)).expect("post");
     d.post(0, send_wr(2, SendOpcode::RdmaWriteWithImm, 300))
         .expect("post");
-    let mut rd = SendWr::new(3, SendOpcode::RdmaRead);
-    rd.sg = SgList::from_slice(&[Sge {
-        addr: DST_VA,
-        length: 8,
-        lkey: DST,
-    }])
-    .expect("sg");
     assert_eq!(
-        d.post(0, rd),
+        d.post(0, read_wr(3, 8)),
         Err(PostError::InvalidWr),
         "no RDMA Read on UC"
     );
@@ -41,9 +34,7 @@ fn uc_send_and_write_with_imm_without_acks() {
     assert_eq!(d.e[0].out.send_cqes.len(), 2, "complete once sent");
     let p = d.take(0);
     assert!(p.iter().all(|(h, _, _)| !h.bth.ack_req));
-    for (h, pl, port) in p {
-        d.deliver(1, &h, &pl, port);
-    }
+    d.deliver_all(1, &p);
     d.progress(1);
     assert!(d.take(1).is_empty(), "UC never acknowledges");
     let rc = &d.e[1].out.recv_cqes;
@@ -124,27 +115,22 @@ fn ud_pair(qkeys: [u32; 2]) -> Duo {
         now: 0,
         recv_seq: [0, 0],
     };
-    for (e, qkey) in d.e.iter_mut().zip(qkeys) {
-        e.qp.set_port_mtu(1024);
+    for (i, qkey) in qkeys.into_iter().enumerate() {
+        d.e[i].qp.set_port_mtu(1024);
         let a = QpAttrs {
             qp_state: QpState::Init,
             qkey,
             ..QpAttrs::default()
         };
         let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
-        e.qp.modify(0, &a, m, &mut e.out).expect("INIT");
-        let a = QpAttrs {
-            qp_state: QpState::Rtr,
-            ..QpAttrs::default()
-        };
-        e.qp.modify(0, &a, AttrMask::STATE, &mut e.out)
-            .expect("RTR");
+        d.modify(i, &a, m).expect("INIT");
+        d.move_to(i, QpState::Rtr);
         let a = QpAttrs {
             qp_state: QpState::Rts,
             sq_psn: 7,
             ..QpAttrs::default()
         };
-        e.qp.modify(0, &a, AttrMask::STATE | AttrMask::SQ_PSN, &mut e.out)
+        d.modify(i, &a, AttrMask::STATE | AttrMask::SQ_PSN)
             .expect("RTS");
     }
     d
