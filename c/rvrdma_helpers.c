@@ -122,6 +122,11 @@ struct workqueue_struct *rvr_alloc_wq(const char *name)
 	return alloc_workqueue("%s", WQ_UNBOUND | WQ_MEM_RECLAIM, 0, name);
 }
 
+struct workqueue_struct *rvr_alloc_percpu_wq(const char *name)
+{
+	return alloc_workqueue("%s", WQ_HIGHPRI | WQ_MEM_RECLAIM | WQ_PERCPU, 0, name);
+}
+
 int rvr_ib_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
 {
 	return ib_copy_from_udata(dst, udata, len);

@@ -34,6 +34,7 @@ unsigned long rvr_spin_lock_irqsave(spinlock_t *lock);
 void rvr_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 bool rvr_spin_trylock_irqsave(spinlock_t *lock, unsigned long *flags);
 struct workqueue_struct *rvr_alloc_wq(const char *name);
+struct workqueue_struct *rvr_alloc_percpu_wq(const char *name);
 
 /* User data of a verb. */
 int rvr_ib_copy_from_udata(void *dst, struct ib_udata *udata, size_t len);

@@ -195,3 +195,36 @@ u32 rvr_rt6_get_cookie(struct dst_entry *dst)
 {
 	return rt6_get_cookie(dst_rt6_info(dst));
 }
+
+unsigned int rvr_backlog_tail(unsigned int cpu)
+{
+#ifdef CONFIG_RPS
+	return READ_ONCE(per_cpu(softnet_data, cpu).input_queue_tail);
+#else
+	return 0;
+#endif
+}
+
+unsigned int rvr_backlog_head(unsigned int cpu)
+{
+#ifdef CONFIG_RPS
+	return READ_ONCE(per_cpu(softnet_data, cpu).input_queue_head);
+#else
+	return 0;
+#endif
+}
+
+void rvr_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rvr_local_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+unsigned int rvr_this_cpu(void)
+{
+	return smp_processor_id();
+}

@@ -66,4 +66,12 @@ struct dst_entry *rvr_dst_clone(struct dst_entry *dst);
 struct dst_entry *rvr_dst_check(struct dst_entry *dst, u32 cookie);
 u32 rvr_rt6_get_cookie(struct dst_entry *dst);
 
+/* The receive backlog of a CPU (struct softnet_data): where it ends and how far it has been
+ * processed, in packets (0 without CONFIG_RPS, which keeps these counters). */
+unsigned int rvr_backlog_tail(unsigned int cpu);
+unsigned int rvr_backlog_head(unsigned int cpu);
+void rvr_local_bh_disable(void);
+void rvr_local_bh_enable(void);
+unsigned int rvr_this_cpu(void);
+
 #endif

@@ -76,6 +76,9 @@ counters! {
     credit_probes,
     /// Unsolicited (credit update) ACKs sent.
     credit_acks_sent,
+    /// Credit update ACKs received (the peer's initial and unsolicited ACKs), counted apart
+    /// from duplicate responses.
+    credit_acks_rcvd,
     /// Duplicate responses dropped.
     duplicate_responses,
     /// Completions with retry-exceeded status.
@@ -99,6 +102,9 @@ counters! {
     rx_no_qp,
     /// Packets that could not be built or sent.
     send_err,
+    /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
+    /// have overtaken (see `net::backlog`).
+    tx_cpu_handoffs,
 }
 
 impl Counters {
@@ -161,6 +167,11 @@ impl Counters {
             &self.credit_acks_sent,
             now.rq.unsolicited_acks,
             last.rq.unsolicited_acks,
+        );
+        add(
+            &self.credit_acks_rcvd,
+            now.sq.credit_acks_received,
+            last.sq.credit_acks_received,
         );
         add(
             &self.duplicate_responses,

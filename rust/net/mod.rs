@@ -4,6 +4,7 @@
 //! socket buffers, the per-netns RoCEv2 UDP socket and the dispatch of what it receives, the
 //! kernel's CRC-32, and RoCEv2 packet building and parsing.
 
+pub mod backlog;
 pub mod crc32;
 mod kunit;
 pub mod netdev;

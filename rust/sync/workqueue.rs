@@ -13,7 +13,7 @@ use crate::bindings as b;
 use core::ptr::NonNull;
 use kernel::{
     prelude::*,
-    workqueue::{HasWork, Queue, Work},
+    workqueue::{HasWork, Queue, RawWorkItem, Work},
 };
 
 /// An owned workqueue (`alloc_workqueue`), destroyed (drained first) on drop.
@@ -37,6 +37,15 @@ impl OwnedQueue {
         NonNull::new(q).map(Self).ok_or(ENOMEM)
     }
 
+    /// Allocates a per-CPU (bound), high-priority, memory-reclaim-safe workqueue named `name`:
+    /// work queued for a CPU runs on that CPU.
+    pub fn new_percpu(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated static string.
+        let q = unsafe { b::rvr_alloc_percpu_wq(name.as_char_ptr()) };
+        // INVARIANT: a non-NULL result is a live workqueue we own.
+        NonNull::new(q).map(Self).ok_or(ENOMEM)
+    }
+
     /// The queue, for enqueueing work items.
     pub fn queue(&self) -> &Queue {
         // SAFETY: the workqueue lives as long as `self` (type invariant).
@@ -54,27 +63,53 @@ impl Drop for OwnedQueue {
 /// The module's protocol workqueue, set by [`ModuleQueue`] while the module is loaded.
 static QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+/// The module's per-CPU workqueue, set with [`QUEUE`].
+static CPU_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 
-/// Owns the module-wide protocol workqueue: created at module init, drained and destroyed
-/// at module exit after every device is gone.
+/// Owns the module-wide workqueues: created at module init, drained and destroyed at module
+/// exit after every device is gone.
 pub struct ModuleQueue {
-    /// Kept alive (and destroyed) with the module.
+    /// Kept alive (and destroyed) with the module; `_percpu` drops first.
+    _percpu: OwnedQueue,
     _queue: OwnedQueue,
 }
 
 impl ModuleQueue {
-    /// Creates the module workqueue and publishes it for [`queue`].
+    /// Creates the module workqueues and publishes them for [`queue`] and [`enqueue_on`].
     pub fn new() -> Result<Self> {
         let q = OwnedQueue::new(c"rvrdma")?;
+        let pc = OwnedQueue::new_percpu(c"rvrdma_cpu")?;
         QUEUE.store(q.0.as_ptr(), core::sync::atomic::Ordering::Release);
-        Ok(Self { _queue: q })
+        CPU_QUEUE.store(pc.0.as_ptr(), core::sync::atomic::Ordering::Release);
+        Ok(Self {
+            _percpu: pc,
+            _queue: q,
+        })
     }
 }
 
 impl Drop for ModuleQueue {
     fn drop(&mut self) {
+        CPU_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
     }
+}
+
+/// Queues the work item `w` to run on `cpu` (the module's per-CPU workqueue). Returns `Err(w)`
+/// if it was already queued. Any context; only while the module is initialised, as [`queue`].
+pub fn enqueue_on<W, const ID: u64>(cpu: u32, w: W) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    let q = CPU_QUEUE.load(core::sync::atomic::Ordering::Acquire);
+    assert!(!q.is_null());
+    let cpu = c_int::try_from(cpu).unwrap_or(0);
+    // SAFETY: `q` is the live per-CPU queue (non-NULL while `ModuleQueue` lives, which outlives
+    // every caller). `__enqueue` hands the closure a pointer to the item's `work_struct`, valid
+    // until the work runs, as `queue_work_on` requires; the closure returns whether the item
+    // was queued, which is what `__enqueue` expects.
+    unsafe { w.__enqueue(move |work_ptr| kernel::bindings::queue_work_on(cpu, q.cast(), work_ptr)) }
 }
 
 /// The module's protocol workqueue (every QP's work item runs on it).

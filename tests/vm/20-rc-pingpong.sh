@@ -20,7 +20,7 @@ mtus=(1024 4096)
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((5 + ${#sizes[@]} * ${#mtus[@]} * 2 + 2))
+	ktap_set_plan $((5 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -62,10 +62,34 @@ main() {
 		pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -e -s 4096 -n 50
 	PP_CONNECT=10.77.0.2 check "smoke: ibv_rc_pingpong over IPv6 GIDs completes" \
 		pp_run ibv_rc_pingpong "${DUT}1" fd77::2 "${DUT}0" fd77::1 -c -s 8192 -n 20
+	check "a clean link needs no retransmission: ibv_rc_pingpong 100 x 64 KiB moves no retry counter" \
+		no_retransmission
 	ktap_finished
 }
 
 # ---- helpers of this script ----------------------------------------------------------------------
+
+# Counters that move only when a packet was lost, duplicated or reordered.
+RETRY_COUNTERS=(retransmitted_pkts completer_retry_err duplicate_responses out_of_seq_request
+	rcvd_seq_err duplicate_request transport_timeouts)
+
+retry_counters() {
+	local d c
+	for d in "${DUT}0" "${DUT}1"; do
+		for c in "${RETRY_COUNTERS[@]}"; do printf '%s/%s=%s\n' "$d" "$c" "$(link_stat "$d" "$c")"; done
+	done
+}
+
+# no_retransmission: on a clean veth every packet arrives once and in order, so a pingpong of
+# 64 KiB messages (64 packets each at MTU 1024) moves none of RETRY_COUNTERS on either side.
+no_retransmission() {
+	local before after
+	before=$(retry_counters) || return 1
+	pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -s 65536 -n 100 || return 1
+	after=$(retry_counters) || return 1
+	grep -q '=[0-9]' <<<"$after" || { echo "no counters read: $after"; return 1; }
+	diff <(echo "$before") <(echo "$after") && echo "retry counters unchanged: $(tr '\n' ' ' <<<"$after")"
+}
 
 pp_iters() { if [ "$1" -ge 1048576 ]; then echo 4; elif [ "$1" -ge 65536 ]; then echo 10; else echo 50; fi; }
 

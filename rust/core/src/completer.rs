@@ -196,7 +196,19 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             }
         }
         if classify_ack_psn(psn, self.una, self.high_psn) != AckPsnClass::Valid {
-            self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
+            // An ACK of the last acknowledged PSN while nothing is in flight is a credit update
+            // (the initial ACK on entering RTR, or an unsolicited one; seed 003), not an answer
+            // to anything sent twice.
+            let credit_update = info.operation == Operation::Acknowledge
+                && matches!(h.aeth, Some(a) if a.syndrome.is_ack())
+                && psn == self.una.prev()
+                && self.una == self.high_psn;
+            let c = &mut self.counters;
+            if credit_update {
+                c.credit_acks_received = c.credit_acks_received.wrapping_add(1);
+            } else {
+                c.duplicate_responses = c.duplicate_responses.wrapping_add(1);
+            }
             return SqOutcome::Ok;
         }
         let outcome = match info.operation {

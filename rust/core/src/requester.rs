@@ -132,6 +132,9 @@ pub struct SqCounters {
     pub responses_received: u64,
     /// Duplicate or ghost responses dropped.
     pub duplicate_responses: u64,
+    /// ACKs of the last acknowledged PSN received while nothing was in flight: the peer's
+    /// credit updates (its initial ACK, unsolicited ones), counted apart from duplicates.
+    pub credit_acks_received: u64,
 }
 
 /// The SQ Logic of one QP: the send queue and the requester/completer state.

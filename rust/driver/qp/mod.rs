@@ -23,7 +23,6 @@ use super::dev_shared::DevShared;
 use super::mr_table::QpMemory;
 use super::srq::SrqShared;
 use crate::ib::{cq::WcQp, qp::QpHandle};
-use crate::net::skb::SkbQueue;
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{CqKind, Timer};
@@ -32,7 +31,6 @@ use crate::rvcore::qp_state::AttrMask;
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
-use core::sync::atomic::AtomicBool;
 use kernel::{
     prelude::*,
     sync::Arc,
@@ -42,6 +40,7 @@ use kernel::{
 use outputs::QpOut;
 use routes::QpPaths;
 use timers::{QpTimer, QpTimers};
+use transmit::TxStream;
 use user_rings::UserRings;
 
 /// The core QP with kernel-allocated queue storage.
@@ -125,22 +124,30 @@ pub struct QpShared {
     pub max_inline: usize,
     /// The UDP tunnel of each port's network namespace.
     pub tunnels: KVec<TunnelRef>,
-    /// Packets built under `inner`, in build order, waiting to be sent without the lock.
+    /// Packets built under `inner`, waiting to be sent without the lock: the requests and the
+    /// responses, each in build order.
     #[pin]
-    txq: SkbQueue,
-    /// Set while one context drains `txq` (the others leave their packets to it), so packets
-    /// leave in the order the core built them whichever context built them.
-    tx_busy: AtomicBool,
+    requests: TxStream,
+    #[pin]
+    responses: TxStream,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
     work: Work<QpShared>,
+    /// Send `requests` / `responses` on the CPU of their last batch, when another CPU could
+    /// not (see [`transmit`]).
+    #[pin]
+    requests_work: Work<QpShared, 1>,
+    #[pin]
+    responses_work: Work<QpShared, 2>,
     #[pin]
     timer: HrTimer<QpShared>,
 }
 
 kernel::impl_has_work! {
     impl HasWork<Self> for QpShared { self.work }
+    impl HasWork<Self, 1> for QpShared { self.requests_work }
+    impl HasWork<Self, 2> for QpShared { self.responses_work }
 }
 
 impl WorkItem for QpShared {
@@ -194,6 +201,11 @@ impl QpShared {
         self.drive(Entry::Unsupported(bth, pm));
     }
 
+    /// Queues the QP's work item (a no-op if it is queued already). Any context.
+    pub(super) fn schedule(self: &Arc<Self>) {
+        let _ = workqueue::queue().enqueue::<_, 0>(self.clone());
+    }
+
     /// The common driving loop: process context or softirq (received packets are handled
     /// inline, as the UDP layer hands them over). Never sleeps.
     fn drive(self: &Arc<Self>, entry: Entry<'_>) {
@@ -211,7 +223,7 @@ impl QpShared {
         self.flush_tx();
         self.deliver(pending);
         if more {
-            let _ = workqueue::queue().enqueue(self.clone());
+            self.schedule();
         }
     }
 
@@ -235,20 +247,13 @@ impl QpShared {
             timers.expire(QpTimer::RingPoll, now);
         }
         {
-            let mut out = QpOut::new(
-                self,
-                Some(&self.txq),
-                timers,
-                pending,
-                &[],
-                Some(&paths.routes),
-            );
+            let mut out = QpOut::new(self, true, timers, pending, &[], Some(&paths.routes));
             user.pull(core, self, &mut out);
         }
         let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]);
         let mut out = QpOut::new(
             self,
-            Some(&self.txq),
+            true,
             timers,
             pending,
             &user.inline[..],
@@ -335,10 +340,13 @@ fn destroy(qp: Arc<QpShared>) {
     // ib_core destroys the user context.
     drop(sq);
     drop(rq);
-    workqueue::flush_work(&*qp);
+    workqueue::flush_work::<_, 0>(&*qp);
     // Received packets are handled in the UDP layer's RCU read-side section: after a grace
     // period no receive path holds a reference taken before the QP left the table.
     crate::sync::rcu::synchronize();
+    // Every context that could hand the sending over has finished by now.
+    workqueue::flush_work::<_, 1>(&*qp);
+    workqueue::flush_work::<_, 2>(&*qp);
     qp.send_cq.detach();
     qp.recv_cq.detach();
     drop(removed);

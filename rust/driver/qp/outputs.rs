@@ -10,7 +10,6 @@ use super::timers::QpTimers;
 use super::transmit;
 use super::{Pending, QpShared};
 use crate::driver::counters::Counters;
-use crate::net::skb::SkbQueue;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
@@ -20,9 +19,9 @@ use crate::rvcore::wire::Headers;
 /// The [`Outputs`] of one locked section of a QP.
 pub(crate) struct QpOut<'a> {
     qp: &'a QpShared,
-    /// Where built packets go (sent in order once the QP lock is dropped); `None` where the
-    /// caller cannot transmit (kernel posts): the core then retransmits on its timer.
-    tx: Option<&'a SkbQueue>,
+    /// Whether built packets may be queued for sending once the QP lock is dropped; not where
+    /// the caller cannot transmit (kernel posts): the core then retransmits on its timer.
+    can_send: bool,
     timers: &'a mut QpTimers,
     pending: &'a mut Pending,
     inline: &'a [u8],
@@ -37,7 +36,7 @@ impl<'a> QpOut<'a> {
     /// Outputs for `qp`, with its lock held by the caller.
     pub(crate) fn new(
         qp: &'a QpShared,
-        tx: Option<&'a SkbQueue>,
+        can_send: bool,
         timers: &'a mut QpTimers,
         pending: &'a mut Pending,
         inline: &'a [u8],
@@ -45,7 +44,7 @@ impl<'a> QpOut<'a> {
     ) -> Self {
         Self {
             qp,
-            tx,
+            can_send,
             timers,
             pending,
             inline,
@@ -76,7 +75,7 @@ impl<'a> QpOut<'a> {
 impl Outputs for QpOut<'_> {
     fn transmit(&mut self, path: &PathInfo, headers: &Headers, payload: PayloadSource<'_>) {
         let counters = &self.qp.dev.counters;
-        let (Some(tx), Some(routes)) = (self.tx, self.routes) else {
+        let (true, Some(routes)) = (self.can_send, self.routes) else {
             Counters::inc(&counters.send_err);
             return;
         };
@@ -84,7 +83,7 @@ impl Outputs for QpOut<'_> {
             transmit::build(self.qp, routes, self.inline, path, headers, payload);
         self.need_route |= need_route;
         match built {
-            Some(skb) => tx.push(skb),
+            Some(skb) => self.qp.stream(headers.info().is_request).push(skb),
             None => Counters::inc(&counters.send_err),
         }
     }

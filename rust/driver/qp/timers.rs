@@ -7,7 +7,6 @@
 
 use super::QpShared;
 use crate::rvcore::events::Timer;
-use crate::sync::workqueue;
 use kernel::{
     sync::{Arc, ArcBorrow},
     time::{
@@ -120,7 +119,7 @@ impl HrTimerCallback for QpShared {
 
     fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
         // Softirq: only schedule the work item, which does the protocol work.
-        let _ = workqueue::queue().enqueue(Arc::from(this));
+        Arc::<QpShared>::from(this).schedule();
         HrTimerRestart::NoRestart
     }
 }

@@ -1,23 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The transmit path of a QP. Under the QP lock the core's packets are built as RoCEv2 skbs
-//! ([`build`], called by [`QpOut`](super::outputs::QpOut)) and queued on the QP's `txq`; after
-//! the lock, [`QpShared::flush_tx`] sends them through the UDP tunnel in the order they were
-//! built, whichever context built them.
+//! ([`build`], called by [`QpOut`](super::outputs::QpOut)) and queued on one of the QP's two
+//! streams ([`TxStream`]: requests, responses); after the lock, [`QpShared::flush_tx`] sends
+//! each stream through the UDP tunnel in the order it was built, whichever context built it,
+//! and without letting a later packet overtake an earlier one on the way (see
+//! [`crate::net::backlog`]).
 
 use super::{routes, QpShared};
 use crate::driver::counters::Counters;
 use crate::driver::dev_shared::DevShared;
 use crate::driver::mr_table::QpMemory;
-use crate::net::skb::Skb;
+use crate::net::backlog;
+use crate::net::backlog::LastBatch;
+use crate::net::skb::{Skb, SkbQueue};
 use crate::net::tx::{self, TxParams};
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::PayloadSource;
 use crate::rvcore::memory::MemError;
 use crate::rvcore::wire::{pad_count, Headers};
-use core::sync::atomic::Ordering;
-use kernel::prelude::*;
+use crate::sync::workqueue;
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::{prelude::*, sync::Arc, workqueue::WorkItem};
 
 /// RoCEv2 overhead in front of the IB payload inside the netdev MTU (worst case: IPv6, UDP,
 /// BTH, RETH or AtomicETH, ICRC).
@@ -130,31 +135,117 @@ fn gather(mem: &QpMemory<'_>, payload: PayloadSource<'_>, buf: &mut [u8]) -> Res
     }
 }
 
+/// One of a QP's two packet streams, in build order: its requests (SQ Logic) or its responses
+/// (RQ Logic: ACKs, RDMA Read responses, Atomic ACKs). The peer orders each stream by its own
+/// PSNs, so only the order within a stream matters: a response may leave from the CPU that
+/// received the request while the user's next request leaves from the user's CPU.
+#[pin_data]
+pub(super) struct TxStream {
+    #[pin]
+    queue: SkbQueue,
+    /// Set while one context sends `queue` (the others leave their packets to it).
+    busy: AtomicBool,
+    /// Where the last batch went (see [`crate::net::backlog`]).
+    last_batch: LastBatch,
+}
+
+impl TxStream {
+    /// An empty stream.
+    pub(super) fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(TxStream {
+            queue <- SkbQueue::new(),
+            busy: AtomicBool::new(false),
+            last_batch: LastBatch::new(),
+        })
+    }
+
+    /// Queues `skb` behind the stream's other packets.
+    pub(super) fn push(&self, skb: Skb) {
+        self.queue.push(skb);
+    }
+}
+
 impl QpShared {
-    /// Sends the packets in `txq`, unless another context is at it (it then sends ours too).
-    pub(super) fn flush_tx(&self) {
+    /// The stream of requests (`true`) or of responses.
+    pub(super) fn stream(&self, requests: bool) -> &TxStream {
+        if requests {
+            &self.requests
+        } else {
+            &self.responses
+        }
+    }
+
+    /// Sends the queued packets of both streams.
+    pub(super) fn flush_tx(self: &Arc<Self>) {
+        self.flush_stream(true);
+        self.flush_stream(false);
+    }
+
+    /// Sends the packets of one stream in the order they were built, unless another context is
+    /// at it (it then sends ours too): from the CPU that sent the stream's last batch, or from
+    /// this one once nothing sent before can be overtaken (see [`crate::net::backlog`]);
+    /// otherwise the sending moves to that CPU.
+    fn flush_stream(self: &Arc<Self>, requests: bool) {
+        let s = self.stream(requests);
         loop {
-            if self.tx_busy.swap(true, Ordering::SeqCst) {
+            if s.busy.swap(true, Ordering::SeqCst) {
                 return;
             }
-            while let Some(skb) = self.txq.pop() {
-                let len = skb.len();
-                match skb.send() {
-                    Ok(_) => {
-                        Counters::inc(&self.dev.counters.sent_pkts);
-                        self.dev
-                            .counters
-                            .sent_bytes
-                            .fetch_add(len as u64, Ordering::Relaxed);
-                    }
-                    Err(_) => Counters::inc(&self.dev.counters.send_err),
+            match backlog::send_in_order(s.last_batch.get(), || self.send_queued(&s.queue)) {
+                Ok(mark) => s.last_batch.set(mark),
+                Err(cpu) => {
+                    s.busy.store(false, Ordering::SeqCst);
+                    Counters::inc(&self.dev.counters.tx_cpu_handoffs);
+                    // Already queued: that run sends these too.
+                    let _ = if requests {
+                        workqueue::enqueue_on::<_, 1>(cpu, self.clone())
+                    } else {
+                        workqueue::enqueue_on::<_, 2>(cpu, self.clone())
+                    };
+                    return;
                 }
             }
-            self.tx_busy.store(false, Ordering::SeqCst);
+            s.busy.store(false, Ordering::SeqCst);
             // A packet queued after our last pop but before the store above found us busy.
-            if self.txq.is_empty() {
+            if s.queue.is_empty() {
                 return;
             }
         }
+    }
+
+    /// Sends what `queue` holds; returns how many packets left.
+    fn send_queued(&self, queue: &SkbQueue) -> usize {
+        let mut n = 0;
+        while let Some(skb) = queue.pop() {
+            let len = skb.len();
+            match skb.send() {
+                Ok(_) => {
+                    n += 1;
+                    Counters::inc(&self.dev.counters.sent_pkts);
+                    self.dev
+                        .counters
+                        .sent_bytes
+                        .fetch_add(len as u64, Ordering::Relaxed);
+                }
+                Err(_) => Counters::inc(&self.dev.counters.send_err),
+            }
+        }
+        n
+    }
+}
+
+impl WorkItem<1> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        this.flush_stream(true);
+    }
+}
+
+impl WorkItem<2> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        this.flush_stream(false);
     }
 }

@@ -8,7 +8,7 @@ use super::modify_attr;
 use super::outputs::QpOut;
 use super::routes::QpPaths;
 use super::timers::QpTimers;
-use super::transmit;
+use super::transmit::{self, TxStream};
 use super::user_rings::UserRings;
 use super::user_wqe;
 use super::{destroy, CoreQp, Entry, Pending, QpInner, QpShared, RvrQp};
@@ -25,14 +25,11 @@ use crate::ib::{
     uabi::CreateQpResp,
     udata::Udata,
 };
-use crate::net::skb::SkbQueue;
 use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot};
-use crate::sync::workqueue;
-use core::sync::atomic::AtomicBool;
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
 impl QpShared {
@@ -45,10 +42,17 @@ impl QpShared {
         let res = {
             let mut g = self.inner.lock();
             let inner = &mut *g;
-            let mut out = QpOut::new(self, None, &mut inner.timers, &mut inner.pending, &[], None);
+            let mut out = QpOut::new(
+                self,
+                false,
+                &mut inner.timers,
+                &mut inner.pending,
+                &[],
+                None,
+            );
             post(&mut inner.core, &mut out)
         };
-        let _ = workqueue::queue().enqueue(self.clone());
+        self.schedule();
         res
     }
 
@@ -208,10 +212,12 @@ impl QpVerbs for RvrDevice {
                     max_recv_sge,
                     max_inline,
                     tunnels,
-                    txq <- SkbQueue::new(),
-                    tx_busy: AtomicBool::new(false),
+                    requests <- TxStream::new(),
+                    responses <- TxStream::new(),
                     inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
                     work <- kernel::new_work!("rvrdma_qp"),
+                    requests_work <- kernel::new_work!("rvrdma_qp_requests"),
+                    responses_work <- kernel::new_work!("rvrdma_qp_responses"),
                     timer <- HrTimer::new(),
                 }),
                 GFP_KERNEL,

@@ -52,6 +52,28 @@ fn seed003_initial_unsolicited_ack_on_entering_rtr() {
     );
 }
 
+/// The requester takes the initial ACK as the credit update it is, not as a duplicate
+/// response: on a clean link `duplicate_responses` stays 0. A second ACK of the same PSN once a
+/// request is in flight is a duplicate.
+#[test]
+fn seed003_initial_ack_is_a_credit_update_not_a_duplicate() {
+    let mut d = Duo::new(Opts {
+        pre_rtr_recvs: [0, 3],
+        ..Opts::default()
+    });
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "the initial ACK");
+    d.deliver_all(0, &p);
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!((c.credit_acks_received, c.duplicate_responses), (1, 0));
+    d.post(0, send_wr(1, SendOpcode::Send, 8)).expect("post");
+    d.progress(0);
+    assert!(!d.take(0).is_empty(), "the Send left");
+    d.deliver_all(0, &p);
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!((c.credit_acks_received, c.duplicate_responses), (1, 1));
+}
+
 #[test]
 fn seed003_srq_reports_invalid_credit_code() {
     let mut d = Duo::new(Opts {

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Packet order across CPUs on virtual links. A veth (or `lo`) hands each transmitted packet to
+//! the receive backlog of the CPU that transmits it, and each CPU works through its own backlog:
+//! two packets of one flow sent from two CPUs can reach the receiver in either order. A sender
+//! that wants its packets delivered in order sends each batch from one CPU, and sends from
+//! another CPU only once the backlog of the previous one has been worked past the previous
+//! batch ([`send_in_order`]); until then it hands the sending to that CPU.
+//!
+//! The backlog counters exist with `CONFIG_RPS` (on in every SMP distribution kernel); without
+//! it every CPU may send, as if the order held.
+
+use crate::bindings as b;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// The end of one batch of packets in a CPU's receive backlog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BacklogMark {
+    cpu: u32,
+    tail: u32,
+}
+
+impl BacklogMark {
+    /// The CPU whose backlog the batch went to.
+    pub fn cpu(&self) -> u32 {
+        self.cpu
+    }
+
+    /// Whether the backlog of the mark's CPU has been processed past the mark.
+    fn passed(&self) -> bool {
+        // SAFETY: `cpu` came from `rvr_this_cpu`, a possible CPU; the helper only reads a
+        // per-CPU counter.
+        let head = unsafe { b::rvr_backlog_head(self.cpu) };
+        head.wrapping_sub(self.tail) as i32 >= 0
+    }
+}
+
+/// Where a sender's last batch ended (none yet at first), for [`send_in_order`]. Written by
+/// one sender at a time (the caller serializes its senders), read by the next.
+pub struct LastBatch(AtomicU64);
+
+impl LastBatch {
+    /// No CPU has a batch: `u32::MAX` is no CPU number.
+    const NONE: u64 = u64::MAX;
+
+    /// No batch sent yet.
+    pub const fn new() -> Self {
+        Self(AtomicU64::new(Self::NONE))
+    }
+
+    /// The mark of the last batch.
+    pub fn get(&self) -> Option<BacklogMark> {
+        let bits = self.0.load(Ordering::Acquire);
+        (bits != Self::NONE).then_some(BacklogMark {
+            cpu: (bits >> 32) as u32,
+            tail: bits as u32,
+        })
+    }
+
+    /// Records the mark of the last batch.
+    pub fn set(&self, m: Option<BacklogMark>) {
+        let bits = m.map_or(Self::NONE, |m| (u64::from(m.cpu) << 32) | u64::from(m.tail));
+        self.0.store(bits, Ordering::Release);
+    }
+}
+
+impl Default for LastBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Runs `send` (which transmits packets and returns how many) on the current CPU with bottom
+/// halves disabled, so that all it sends enters one CPU's backlog, unless packets sent before
+/// `prev` could still be overtaken from here: then `send` does not run and the result is
+/// `Err(cpu)`, the CPU to send from instead. On success, the mark after what `send` sent (`prev`
+/// if it sent nothing). Bottom halves are enabled again before returning, which in process
+/// context delivers what the backlog holds at once.
+///
+/// Process or softirq context, interrupts enabled.
+pub fn send_in_order(
+    prev: Option<BacklogMark>,
+    send: impl FnOnce() -> usize,
+) -> Result<Option<BacklogMark>, u32> {
+    // SAFETY: callers run in process or softirq context with interrupts enabled, where bottom
+    // halves may be disabled; the matching enable is below on every path.
+    unsafe { b::rvr_local_bh_disable() };
+    // SAFETY: with bottom halves disabled the task stays on this CPU until they are enabled.
+    let cpu = unsafe { b::rvr_this_cpu() };
+    let res = match prev {
+        Some(p) if p.cpu != cpu && !p.passed() => Err(p.cpu),
+        _ => {
+            let sent = send();
+            if sent == 0 {
+                Ok(prev)
+            } else {
+                // SAFETY: `cpu` is this CPU; the helper only reads a per-CPU counter.
+                let tail = unsafe { b::rvr_backlog_tail(cpu) };
+                Ok(Some(BacklogMark { cpu, tail }))
+            }
+        }
+    };
+    // SAFETY: pairs with the disable above, in the same context.
+    unsafe { b::rvr_local_bh_enable() };
+    res
+}
