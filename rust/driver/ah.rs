@@ -1,25 +1,25 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Address handles: the resolved address vector and the number user space names it by.
-//! UD QPs, which use them, come later; the verbs are complete so that applications creating
-//! AHs (and rdma-core's provider, which needs a non-zero `ah_num`) work today.
+//! Address handles: the resolved address vector of a datagram destination. Kernel callers
+//! name the AH in their UD work requests; user space names it by the number `create_ah`
+//! returned (rdma-core's rxe provider writes `ah_num` into the WQE, and treats 0 as an old
+//! kernel), which the device's user AH table resolves.
 
+use super::dev_shared::{DevShared, UserAh};
 use super::device::RvrDevice;
 use crate::ib::{ah::AhVerbs, pd::Pd, qp::PathAttr, uabi::CreateAhResp, udata::Udata};
-use core::sync::atomic::{AtomicU32, Ordering};
-use kernel::prelude::*;
-
-/// AH numbers (never 0: rdma-core treats 0 as "old kernel").
-static NEXT_AH_NUM: AtomicU32 = AtomicU32::new(1);
+use kernel::{prelude::*, sync::Arc};
 
 /// rvrdma's data of an AH.
 pub struct RvrAh {
     /// The address vector.
     pub path: PathAttr,
-    /// The AH number reported to user space.
+    /// The AH number reported to user space (0: a kernel AH, not in the table).
     pub ah_num: u32,
     /// PD identity.
     pub pd_id: u32,
+    /// The device whose user AH table holds a user AH.
+    table: Option<Arc<DevShared>>,
 }
 
 impl AhVerbs for RvrDevice {
@@ -29,20 +29,33 @@ impl AhVerbs for RvrDevice {
         if path.port_num == 0 || path.port_num > pd.device().data().nports() {
             return Err(EINVAL);
         }
-        let mut ah_num = NEXT_AH_NUM.fetch_add(1, Ordering::Relaxed);
-        if ah_num == 0 {
-            ah_num = NEXT_AH_NUM.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(u) = udata {
-            u.respond(&CreateAhResp {
-                ah_num,
-                reserved: 0,
-            })?;
+        let pd_id = pd.data().id;
+        let Some(u) = udata else {
+            // A kernel AH (maybe atomic context): nothing to allocate or register.
+            return Ok(RvrAh {
+                path,
+                ah_num: 0,
+                pd_id,
+                table: None,
+            });
+        };
+        let shared = pd.device().data().shared.clone();
+        let ah_num = shared.insert_ah(UserAh {
+            pd_id,
+            path: path.to_info(0, 0),
+        })?;
+        if let Err(e) = u.respond(&CreateAhResp {
+            ah_num,
+            reserved: 0,
+        }) {
+            shared.remove_ah(ah_num);
+            return Err(e);
         }
         Ok(RvrAh {
             path,
             ah_num,
-            pd_id: pd.data().id,
+            pd_id,
+            table: Some(shared),
         })
     }
 
@@ -50,5 +63,9 @@ impl AhVerbs for RvrDevice {
         ah.path
     }
 
-    fn destroy_ah(_ah: RvrAh) {}
+    fn destroy_ah(ah: RvrAh) {
+        if let Some(t) = ah.table {
+            t.remove_ah(ah.ah_num);
+        }
+    }
 }

@@ -6,6 +6,7 @@
 use super::counters::Counters;
 use super::mr_table::MrTable;
 use super::qp::QpShared;
+use crate::rvcore::apm::PathInfo;
 use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::udp_tunnel;
 use crate::sync::irq_spinlock::IrqSpinLock;
@@ -13,6 +14,8 @@ use kernel::{prelude::*, sync::Arc};
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
 pub const FIRST_QPN: u32 = 16;
+/// The number of the GSI QP on the wire, on every port.
+pub const GSI_QPN: u32 = 1;
 /// Most QPs per device.
 pub const MAX_QPS: usize = 4096;
 
@@ -35,9 +38,42 @@ pub struct DevShared {
     pub mrs: Arc<MrTable>,
     /// Counters for `rdma statistic`.
     pub counters: Counters,
-    /// QPs by number (`qpn - FIRST_QPN`).
+    /// QPs by number.
     #[pin]
-    qps: IrqSpinLock<KVec<QpSlot>>,
+    qps: IrqSpinLock<QpTable>,
+    /// User AHs by number (`ah_num - 1`): user datagram WQEs name their AH by number.
+    #[pin]
+    ahs: IrqSpinLock<KVec<Option<UserAh>>>,
+}
+
+/// Most user AHs per device.
+pub const MAX_USER_AHS: usize = 4096;
+
+/// A user AH as datagram WQEs find it.
+#[derive(Clone, Copy)]
+pub struct UserAh {
+    /// The AH's PD.
+    pub pd_id: u32,
+    /// The AH's address vector, as a path.
+    pub path: PathInfo,
+}
+
+/// The QP table: QPs by number (`qpn - FIRST_QPN`), and each port's GSI QP (QP1: every port
+/// has its own, under the same number).
+struct QpTable {
+    slots: KVec<QpSlot>,
+    gsi: [QpSlot; 2],
+}
+
+impl QpTable {
+    /// The slot of `qpn` (for QP1, the GSI QP of `port`).
+    fn slot(&mut self, qpn: u32, port: u8) -> Option<&mut QpSlot> {
+        if qpn == GSI_QPN {
+            return self.gsi.get_mut(usize::from(port).checked_sub(1)?);
+        }
+        let i = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
+        self.slots.get_mut(i)
+    }
 }
 
 impl DevShared {
@@ -46,6 +82,10 @@ impl DevShared {
         let mut table = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
         for _ in 0..MAX_QPS {
             table.push(QpSlot::Free, GFP_KERNEL)?;
+        }
+        let mut ahs = KVec::with_capacity(MAX_USER_AHS, GFP_KERNEL)?;
+        for _ in 0..MAX_USER_AHS {
+            ahs.push(None, GFP_KERNEL)?;
         }
         let mut held = KVec::with_capacity(ports.len(), GFP_KERNEL)?;
         for p in ports {
@@ -56,7 +96,14 @@ impl DevShared {
                 ports: held,
                 mrs,
                 counters: Counters::default(),
-                qps <- crate::new_irq_spinlock!(table, "rvrdma_qp_table"),
+                qps <- crate::new_irq_spinlock!(
+                    QpTable {
+                        slots: table,
+                        gsi: [QpSlot::Free, QpSlot::Free],
+                    },
+                    "rvrdma_qp_table"
+                ),
+                ahs <- crate::new_irq_spinlock!(ahs, "rvrdma_ah_table"),
             }),
             GFP_KERNEL,
         )
@@ -76,32 +123,56 @@ impl DevShared {
         let idx = {
             let mut t = self.qps.lock();
             let i = t
+                .slots
                 .iter()
                 .position(|e| matches!(e, QpSlot::Free))
                 .ok_or(ENOMEM)?;
-            t[i] = QpSlot::Reserved;
+            t.slots[i] = QpSlot::Reserved;
             i
         };
         let qpn = FIRST_QPN + u32::try_from(idx).map_err(|_| EINVAL)?;
-        let made = make(qpn);
+        self.fill(qpn, 0, make(qpn))
+    }
+
+    /// Builds the GSI QP of `port` with `make` (it gets [`GSI_QPN`]) and adds it; `EBUSY` if the
+    /// port has one.
+    pub fn insert_gsi(
+        &self,
+        port: u8,
+        make: impl FnOnce(u32) -> Result<Arc<QpShared>>,
+    ) -> Result<Arc<QpShared>> {
+        {
+            let mut t = self.qps.lock();
+            let slot = t.slot(GSI_QPN, port).ok_or(EINVAL)?;
+            if !matches!(slot, QpSlot::Free) {
+                return Err(EBUSY);
+            }
+            *slot = QpSlot::Reserved;
+        }
+        self.fill(GSI_QPN, port, make(GSI_QPN))
+    }
+
+    /// Puts what `make` gave into the reserved slot of `qpn` (on `port` for QP1), or frees it.
+    fn fill(&self, qpn: u32, port: u8, made: Result<Arc<QpShared>>) -> Result<Arc<QpShared>> {
         let mut t = self.qps.lock();
+        let slot = t.slot(qpn, port).ok_or(EINVAL)?;
         match made {
             Ok(qp) => {
-                t[idx] = QpSlot::Used(qp.clone());
+                *slot = QpSlot::Used(qp.clone());
                 Ok(qp)
             }
             Err(e) => {
-                t[idx] = QpSlot::Free;
+                *slot = QpSlot::Free;
                 Err(e)
             }
         }
     }
 
-    /// Removes QP `qpn` from the table; returns it so the caller drops it outside the lock.
-    pub fn remove_qp(&self, qpn: u32) -> Option<Arc<QpShared>> {
-        let i = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
+    /// Removes QP `qpn` (for QP1, the GSI QP of `port`) from the table; returns it so the caller
+    /// drops it outside the lock.
+    pub fn remove_qp(&self, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
         let mut t = self.qps.lock();
-        let slot = t.get_mut(i)?;
+        let slot = t.slot(qpn, port)?;
         match core::mem::replace(slot, QpSlot::Free) {
             QpSlot::Used(qp) => Some(qp),
             other => {
@@ -111,14 +182,35 @@ impl DevShared {
         }
     }
 
-    /// The QP with number `qpn`.
-    pub fn qp(&self, qpn: u32) -> Option<Arc<QpShared>> {
-        let i = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
-        let t = self.qps.lock();
-        match t.get(i) {
+    /// The QP a packet for `qpn` that arrived on `port` is for (QP1 is the port's GSI QP).
+    pub fn qp(&self, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
+        let mut t = self.qps.lock();
+        match t.slot(qpn, port) {
             Some(QpSlot::Used(qp)) => Some(qp.clone()),
             _ => None,
         }
+    }
+
+    /// Adds a user AH; returns its number (from 1). Any context (no allocation).
+    pub fn insert_ah(&self, ah: UserAh) -> Result<u32> {
+        let mut t = self.ahs.lock();
+        let i = t.iter().position(|e| e.is_none()).ok_or(ENOMEM)?;
+        t[i] = Some(ah);
+        u32::try_from(i + 1).map_err(|_| EINVAL)
+    }
+
+    /// Removes user AH `ah_num`.
+    pub fn remove_ah(&self, ah_num: u32) {
+        let i = (ah_num as usize).wrapping_sub(1);
+        if let Some(e) = self.ahs.lock().get_mut(i) {
+            *e = None;
+        }
+    }
+
+    /// User AH `ah_num`.
+    pub fn ah(&self, ah_num: u32) -> Option<UserAh> {
+        let i = (ah_num as usize).wrapping_sub(1);
+        self.ahs.lock().get(i).copied().flatten()
     }
 
     /// Stops the receive path of this device: it no longer gets packets, and the ones being

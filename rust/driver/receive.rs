@@ -12,7 +12,7 @@ use super::dev_shared::DevShared;
 use crate::net::roce::RoceRxError;
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
-use crate::rvcore::apm::PathMatch;
+use crate::rvcore::apm::{NetHeader, PathMatch};
 use crate::rvcore::wire::{bth::RawBth, DecodeError, Headers};
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
@@ -64,6 +64,7 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
         port_num: port,
         sgid: rx.src_gid,
         dgid: rx.dst_gid,
+        net: NetHeader::from_ip_header(rx.ip_header).unwrap_or_default(),
     };
     let decoded = Headers::decode_with_payload(rx.udp_payload);
     // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
@@ -80,7 +81,7 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             return;
         }
     };
-    let Some(qp) = dev.qp(dest_qp) else {
+    let Some(qp) = dev.qp(dest_qp, port) else {
         Counters::inc(&c.rx_no_qp);
         return;
     };

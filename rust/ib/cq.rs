@@ -267,6 +267,7 @@ impl WcOut<'_> {
         }
         w.src_qp = wc.src_qp;
         w.wc_flags = wc.flags as c_int;
+        w.network_hdr_type = wc.network_hdr_type;
         w.port_num = qp.port_num.into();
         // SAFETY: `len < cap`, so the slot is valid for writes (type invariant).
         unsafe { self.wc.add(self.len).write(w) };

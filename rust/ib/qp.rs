@@ -7,6 +7,8 @@
 //! and the kernel work-request lists into [`SendWr`] / [`RecvWr`] values of the protocol core.
 
 use super::{
+    ah::AhVerbs,
+    mr::{mr_handle, MrVerbs},
     cq::{Cq, CqVerbs, WcQp},
     device::{Device, IbDriver},
     object::Obj,
@@ -18,7 +20,9 @@ use crate::bindings as b;
 use crate::rvcore::apm::{MigState, PathInfo};
 use crate::rvcore::qp::QpAttrs;
 use crate::rvcore::qp_state::{AttrMask, QpState};
-use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
+use crate::rvcore::wqe::{
+    RecvWr, RegMrParams, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE,
+};
 use core::ptr::NonNull;
 use kernel::{error::from_result, prelude::*};
 
@@ -148,16 +152,31 @@ impl<T: QpVerbs> QpInitAttr<'_, T> {
 pub enum QpType {
     /// Reliable Connected (`IB_QPT_RC`).
     Rc,
+    /// Unreliable Connected (`IB_QPT_UC`).
+    Uc,
+    /// Unreliable Datagram (`IB_QPT_UD`).
+    Ud,
+    /// The General Services QP, QP1 of a port (`IB_QPT_GSI`).
+    Gsi,
 }
 
 impl QpType {
     fn from_raw(v: b::ib_qp_type) -> Option<Self> {
-        (v == b::ib_qp_type_IB_QPT_RC).then_some(Self::Rc)
+        match v {
+            b::ib_qp_type_IB_QPT_RC => Some(Self::Rc),
+            b::ib_qp_type_IB_QPT_UC => Some(Self::Uc),
+            b::ib_qp_type_IB_QPT_UD => Some(Self::Ud),
+            b::ib_qp_type_IB_QPT_GSI => Some(Self::Gsi),
+            _ => None,
+        }
     }
 
     fn to_raw(self) -> b::ib_qp_type {
         match self {
             Self::Rc => b::ib_qp_type_IB_QPT_RC,
+            Self::Uc => b::ib_qp_type_IB_QPT_UC,
+            Self::Ud => b::ib_qp_type_IB_QPT_UD,
+            Self::Gsi => b::ib_qp_type_IB_QPT_GSI,
         }
     }
 }
@@ -525,9 +544,51 @@ unsafe fn sg_list(list: *const b::ib_sge, num: c_int) -> Result<SgList> {
 pub struct SendWrList<'a> {
     next: *const b::ib_send_wr,
     bad: &'a mut *const b::ib_send_wr,
+    /// The QP is UD or GSI: every WR is the `wr` member of an `ib_ud_wr`.
+    datagram: bool,
+    /// The AH of the WR returned last (datagram QPs).
+    ah: *const b::ib_ah,
+    /// The WR returned last, if it is a fast registration (an `ib_reg_wr`).
+    reg: *const b::ib_reg_wr,
 }
 
 impl SendWrList<'_> {
+    /// The fast registration the WR [`Self::next_wr`] returned last asks for (`IB_WR_REG_MR`:
+    /// the MR, its new key and access rights; the pages, IOVA and length `map_mr_sg` gave it):
+    /// `None` for another opcode or a WR without an MR.
+    pub fn reg_mr<T: MrVerbs>(&self) -> Option<RegMrParams> {
+        if self.reg.is_null() {
+            return None;
+        }
+        // SAFETY: `reg` is the caller's `ib_reg_wr` of this call (its opcode said so).
+        let r = unsafe { &*self.reg };
+        if r.mr.is_null() {
+            return None;
+        }
+        // SAFETY: a REG_MR work request names an MR of this device, which the caller holds
+        // for the call; ib_core's `ib_map_mr_sg` set its IOVA and length.
+        let (handle, iova, length) =
+            unsafe { (mr_handle::<T>(r.mr), (*r.mr).iova, (*r.mr).length) };
+        Some(RegMrParams {
+            key: r.key,
+            iova,
+            length,
+            access: r.access as u32,
+            mr_handle: handle,
+        })
+    }
+
+    /// The AH of the WR [`Self::next_wr`] returned last, as the driver's data: `None` for a
+    /// connected QP or a WR without one. ib_core keeps the AH alive while the WR is posted.
+    pub fn ah<T: AhVerbs>(&self) -> Option<&T::Ah> {
+        if self.ah.is_null() {
+            return None;
+        }
+        // SAFETY: `ah` came from the caller's `ib_ud_wr` of this call; ib_core AHs of a device
+        // of driver `T` hold `T::Ah` (created by its `create_ah`), live for the call.
+        Some(unsafe { Obj::<b::ib_ah, T::Ah>::data(self.ah) })
+    }
+
     /// Converts the next work request; `Ok(None)` at the end. A WR with an unknown opcode or too
     /// many SGEs fails with `EINVAL` (and becomes the caller's `bad_wr`, as does any WR the
     /// driver refuses after this returned it).
@@ -570,8 +631,21 @@ impl SendWrList<'_> {
             out.compare_add = a.compare_add;
             out.swap = a.swap;
         }
-        // A fast registration (`ib_reg_wr`) comes out with its opcode only: its MR and keys do
-        // not fit a `SendWr`. Whether to accept it is the driver's call.
+        self.ah = core::ptr::null();
+        self.reg = if opcode == SendOpcode::RegMr {
+            self.next.cast::<b::ib_reg_wr>()
+        } else {
+            core::ptr::null()
+        };
+        if self.datagram {
+            // SAFETY: on a UD or GSI QP every send WR is the `wr` member of an `ib_ud_wr`.
+            let u = unsafe { &*self.next.cast::<b::ib_ud_wr>() };
+            out.ud.remote_qpn = u.remote_qpn;
+            out.ud.remote_qkey = u.remote_qkey;
+            self.ah = u.ah;
+        }
+        // A fast registration (`ib_reg_wr`) comes out with its opcode only: the driver takes
+        // its MR and keys from `reg_mr`, and decides whether to accept it.
         self.next = wr.next;
         Ok(Some(out))
     }
@@ -763,7 +837,18 @@ unsafe extern "C" fn post_send<T: QpVerbs>(
             // SAFETY: `bad` is valid for writes per the callback contract, and only written
             // through this reference for the call.
             let bad = unsafe { &mut *bad };
-            let mut list = SendWrList { next: wr, bad };
+            // SAFETY: the QP is live; ib_core set its type at creation.
+            let qp_type = unsafe { (*ibqp).qp_type };
+            let mut list = SendWrList {
+                next: wr,
+                bad,
+                datagram: matches!(
+                    QpType::from_raw(qp_type),
+                    Some(QpType::Ud | QpType::Gsi)
+                ),
+                ah: core::ptr::null(),
+                reg: core::ptr::null(),
+            };
             T::post_send(data, Some(&mut list))?;
         }
         Ok(0)

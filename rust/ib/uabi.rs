@@ -156,6 +156,12 @@ pub mod send_wqe {
     pub const ATOMIC_SWAP: usize = 40;
     /// `wr.wr.atomic.rkey`.
     pub const ATOMIC_RKEY: usize = 48;
+    /// `wr.wr.ud.remote_qpn`.
+    pub const UD_REMOTE_QPN: usize = 24;
+    /// `wr.wr.ud.remote_qkey`.
+    pub const UD_REMOTE_QKEY: usize = 28;
+    /// `wr.wr.ud.ah_num` (the AH number `create_ah` returned to user space).
+    pub const UD_AH_NUM: usize = 36;
     /// `dma.length` (the inline data length of an inline send).
     pub const DMA_LENGTH: usize = 184;
     /// `dma.num_sge`.
@@ -226,6 +232,10 @@ const _: () = {
     assert!(send_wqe::ATOMIC_COMPARE_ADD == u + offset_of!(Atomic, compare_add));
     assert!(send_wqe::ATOMIC_SWAP == u + offset_of!(Atomic, swap));
     assert!(send_wqe::ATOMIC_RKEY == u + offset_of!(Atomic, rkey));
+    type Ud = b::rxe_send_wr__bindgen_ty_2__bindgen_ty_4;
+    assert!(send_wqe::UD_REMOTE_QPN == u + offset_of!(Ud, remote_qpn));
+    assert!(send_wqe::UD_REMOTE_QKEY == u + offset_of!(Ud, remote_qkey));
+    assert!(send_wqe::UD_AH_NUM == u + offset_of!(Ud, ah_num));
     assert!(send_wqe::DMA_LENGTH == dma + offset_of!(b::rxe_dma_info, length));
     assert!(send_wqe::DMA_NUM_SGE == dma + offset_of!(b::rxe_dma_info, num_sge));
     // The SGEs (or the inline data) start right after the fixed parts.
@@ -242,7 +252,7 @@ const _: () = {
 impl UverbsWc {
     /// The user CQE of a completion on port `port_num` (no LIDs or SLs on RoCE; P_Key index 0).
     pub fn from_completion(wc: &crate::events::Completion, port_num: u8) -> Self {
-        use crate::events::{WC_WITH_IMM, WC_WITH_INVALIDATE};
+        use crate::events::{WC_WITH_IMM, WC_WITH_INVALIDATE, WC_WITH_NETWORK_HDR_TYPE};
         let ex = if wc.flags & WC_WITH_IMM != 0 {
             // `ex.imm_data` is big-endian in memory.
             wc.imm_or_rkey.to_be()
@@ -260,7 +270,9 @@ impl UverbsWc {
             ex,
             qp_num: wc.qp_num,
             src_qp: wc.src_qp,
-            wc_flags: wc.flags,
+            // The user CQE has no network header type (the bit means something else to
+            // libibverbs): user space reads the GRH area itself.
+            wc_flags: wc.flags & !WC_WITH_NETWORK_HDR_TYPE,
             pkey_index: 0,
             slid: 0,
             sl: 0,

@@ -6,7 +6,7 @@
 //! `tx.rs` apply it to socket buffers.
 
 use super::crc32::crc32_le;
-use crate::rvcore::icrc;
+use crate::rvcore::icrc::{self, IpHeader};
 use crate::rvcore::wire::ip_udp::{self, IpUdpError};
 use kernel::prelude::*;
 
@@ -30,6 +30,8 @@ pub const ICRC_LEN: usize = icrc::ICRC_LEN;
 pub struct RoceRx<'a> {
     /// The packet came over IPv4 (else IPv6).
     pub ipv4: bool,
+    /// The IP header (20 bytes for IPv4, 40 for IPv6).
+    pub ip_header: &'a [u8],
     /// The IP source address as a GID (IPv4 as `::ffff:a.b.c.d`).
     pub src_gid: [u8; 16],
     /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
@@ -80,6 +82,10 @@ pub fn parse_ip_packet(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
     }
     Ok(RoceRx {
         ipv4: p.is_ipv4(),
+        ip_header: match p.ip {
+            IpHeader::V4(h) => &h[..],
+            IpHeader::V6(h) => &h[..],
+        },
         src_gid: p.src_gid,
         dst_gid: p.dst_gid,
         tclass: p.tclass,

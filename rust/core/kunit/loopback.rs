@@ -278,6 +278,7 @@ fn pump(n: &mut [Node; 2]) -> usize {
                     port_num: 1,
                     sgid: gid(from as u8),
                     dgid: gid(to as u8),
+                    ..Default::default()
                 };
                 if let Ok((h, payload)) = Headers::decode_with_payload(&bytes) {
                     let q = &mut n[to];

@@ -138,6 +138,43 @@ pub struct PathMatch {
     pub sgid: [u8; 16],
     /// The packet's destination GID (IP destination address).
     pub dgid: [u8; 16],
+    /// The packet's network header, for the GRH area of a UD receive.
+    pub net: NetHeader,
+}
+
+/// A received packet's network header as a UD receive reports it in the first 40 bytes of its
+/// buffer (RoCEv2, IBA Annex A17.4.5.2): an IPv6 header whole; an IPv4 header in the last 20
+/// bytes, after 20 zero bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NetHeader {
+    /// The 40 bytes.
+    pub grh: [u8; 40],
+    /// The header is an IPv4 header (else IPv6).
+    pub ipv4: bool,
+}
+
+impl Default for NetHeader {
+    fn default() -> Self {
+        Self {
+            grh: [0; 40],
+            ipv4: false,
+        }
+    }
+}
+
+impl NetHeader {
+    /// The GRH area of a packet whose IP header is `ip` (20 bytes: IPv4, 40: IPv6); `None` for
+    /// another length.
+    pub fn from_ip_header(ip: &[u8]) -> Option<Self> {
+        let mut grh = [0u8; 40];
+        let ipv4 = match ip.len() {
+            20 => true,
+            40 => false,
+            _ => return None,
+        };
+        grh[40 - ip.len()..].copy_from_slice(ip);
+        Some(Self { grh, ipv4 })
+    }
 }
 
 /// An async event APM asks the engine to raise; the values are the kernel's
@@ -491,6 +528,7 @@ mod tests {
             port_num: 1,
             sgid: R1,
             dgid: L1,
+            ..Default::default()
         }
     }
     fn on_alternate() -> PathMatch {
@@ -498,6 +536,7 @@ mod tests {
             port_num: 2,
             sgid: R2,
             dgid: L2,
+            ..Default::default()
         }
     }
 
@@ -814,6 +853,7 @@ mod tests {
             port_num: receiver_path.port_num,
             sgid: receiver_path.dgid,
             dgid: receiver_path.sgid,
+            ..Default::default()
         };
         let mut a = Apm::new();
         a.set_primary(a_prim);

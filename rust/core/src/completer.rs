@@ -557,6 +557,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             qp_num: qpn,
             src_qp: 0,
             flags: 0,
+            network_hdr_type: 0,
         }
     }
 

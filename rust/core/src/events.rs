@@ -69,6 +69,12 @@ pub enum WcOpcode {
 
 /// IB_WC_GRH: the first 40 bytes of a UD receive buffer hold a GRH.
 pub const WC_GRH: u32 = 1;
+/// IB_WC_WITH_NETWORK_HDR_TYPE: [`Completion::network_hdr_type`] says what the GRH area holds.
+pub const WC_WITH_NETWORK_HDR_TYPE: u32 = 1 << 6;
+/// `RDMA_NETWORK_IPV4`: the GRH area holds an IPv4 header (in its last 20 bytes).
+pub const NETWORK_IPV4: u8 = 2;
+/// `RDMA_NETWORK_IPV6`: the GRH area holds an IPv6 header.
+pub const NETWORK_IPV6: u8 = 3;
 /// IB_WC_WITH_IMM: [`Completion::imm_or_rkey`] holds immediate data.
 pub const WC_WITH_IMM: u32 = 1 << 1;
 /// IB_WC_WITH_INVALIDATE: [`Completion::imm_or_rkey`] holds the invalidated R_Key.
@@ -100,8 +106,11 @@ pub struct Completion {
     pub qp_num: u32,
     /// Remote QP number (receives).
     pub src_qp: u32,
-    /// `ib_wc_flags` bits ([`WC_WITH_IMM`], [`WC_WITH_INVALIDATE`]).
+    /// `ib_wc_flags` bits ([`WC_WITH_IMM`], [`WC_WITH_INVALIDATE`], [`WC_GRH`],
+    /// [`WC_WITH_NETWORK_HDR_TYPE`]).
     pub flags: u32,
+    /// [`NETWORK_IPV4`] or [`NETWORK_IPV6`] with [`WC_WITH_NETWORK_HDR_TYPE`], else 0.
+    pub network_hdr_type: u8,
 }
 
 /// The completion queue had no room (Table 17-7 class G).

@@ -34,7 +34,7 @@ use crate::wqe::{RecvSlot, RecvWr, SendSlot, SendWr};
 /// Creation parameters of a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpCreate {
-    /// QP type (only RC is implemented).
+    /// QP type: RC, UC, UD or GSI (QP1: UD with the wire QPN 1).
     pub qp_type: QpType,
     /// Our QP number (24 bits).
     pub qpn: u32,
@@ -179,13 +179,16 @@ where
     /// Creates a QP in Reset. `sq` and `rq` are the queue storage (their lengths are the queue
     /// depths). `None` for QP types other than RC.
     pub fn new(create: QpCreate, sq: S, rq: R) -> Option<Qp<S, R>> {
-        if !matches!(create.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) {
+        if !matches!(
+            create.qp_type,
+            QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi
+        ) {
             return None;
         }
         let mut rql = RqLogic::new(rq);
         rql.config_mut().srq = create.srq;
         rql.config_mut().uc = create.qp_type == QpType::Uc;
-        rql.config_mut().ud = create.qp_type == QpType::Ud;
+        rql.config_mut().ud = create.qp_type.is_datagram();
         Some(Qp {
             create,
             sm: QpStateMachine::new(create.qp_type),
@@ -263,22 +266,23 @@ where
     fn transport(&self) -> Transport {
         match self.create.qp_type {
             QpType::Uc => Transport::Uc,
-            QpType::Ud => Transport::Ud,
+            QpType::Ud | QpType::Gsi => Transport::Ud,
             _ => Transport::Rc,
         }
     }
 
     /// What the RQ Logic sends responses with: `path` (a copy of the primary path), BTH:MigReq,
     /// the destination QP, P_Key and QPN, and the GIDs of the packet being processed.
-    fn rx_ctx<'a>(&self, path: &'a PathInfo, src_gid: [u8; 16], dst_gid: [u8; 16]) -> RxCtx<'a> {
+    fn rx_ctx<'a>(&self, path: &'a PathInfo, arrived_on: &PathMatch) -> RxCtx<'a> {
         RxCtx {
             path,
             mig_req: self.apm.mig_req_bit(),
             dest_qp: self.attrs.dest_qp_num,
             pkey: self.attrs.pkey,
             qpn: self.create.qpn,
-            src_gid,
-            dst_gid,
+            src_gid: arrived_on.sgid,
+            dst_gid: arrived_on.dgid,
+            net: arrived_on.net,
         }
     }
 
@@ -350,7 +354,7 @@ where
             let srq = self.create.srq;
             self.rq.config_mut().srq = srq;
             self.rq.config_mut().uc = self.create.qp_type == QpType::Uc;
-            self.rq.config_mut().ud = self.create.qp_type == QpType::Ud;
+            self.rq.config_mut().ud = self.create.qp_type.is_datagram();
         }
         self.apply_attrs(attrs, mask);
         if alt.is_some() || mig.is_some() {
@@ -440,7 +444,7 @@ where
         }
         if t.changes_state() && t.to == QpState::Rtr && self.create.qp_type == QpType::Rc {
             let path = *self.apm.primary();
-            let ctx = self.rx_ctx(&path, [0; 16], [0; 16]);
+            let ctx = self.rx_ctx(&path, &PathMatch::default());
             self.rq.initial_ack(&ctx, out);
         }
         if t.start_drain {
@@ -541,7 +545,7 @@ where
         {
             return Err(PostError::InvalidWr);
         }
-        if self.create.qp_type == QpType::Ud {
+        if self.create.qp_type.is_datagram() {
             // UD: Send (with immediate) in a single packet, plus local operations.
             let ok_op = matches!(
                 wr.opcode,
@@ -578,7 +582,7 @@ where
                 self.rq.post(wr)?;
                 if matches!(self.sm.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
                     let path = *self.apm.primary();
-                    let ctx = self.rx_ctx(&path, [0; 16], [0; 16]);
+                    let ctx = self.rx_ctx(&path, &PathMatch::default());
                     self.rq.maybe_unsolicited_ack(&ctx, out);
                 }
                 Ok(())
@@ -615,7 +619,7 @@ where
         }
         let path = *self.apm.primary();
         if info.is_request {
-            let ctx = self.rx_ctx(&path, arrived_on.sgid, arrived_on.dgid);
+            let ctx = self.rx_ctx(&path, arrived_on);
             let o = self.rq.on_request(h, payload, &ctx, mem, out);
             self.handle_rq(now, o, out);
         } else {
@@ -647,7 +651,7 @@ where
             return;
         }
         let path = *self.apm.primary();
-        let ctx = self.rx_ctx(&path, arrived_on.sgid, arrived_on.dgid);
+        let ctx = self.rx_ctx(&path, arrived_on);
         let o = self.rq.on_unsupported_request(bth.psn, &ctx, out);
         self.handle_rq(now, o, out);
     }
@@ -680,7 +684,7 @@ where
             self.dropped = self.dropped.wrapping_add(1);
             return false;
         }
-        let apm_verdict = if self.create.qp_type == QpType::Ud {
+        let apm_verdict = if self.create.qp_type.is_datagram() {
             RxVerdict::Accept // UD has no connection path and no APM
         } else {
             self.apm.on_packet(mig_req, arrived_on)
@@ -733,7 +737,7 @@ where
         let path = *self.apm.primary();
         let mut sent = 0;
         if self.sm.rq_processes_inbound() {
-            let ctx = self.rx_ctx(&path, [0; 16], [0; 16]);
+            let ctx = self.rx_ctx(&path, &PathMatch::default());
             sent += self.rq.transmit(budget, &ctx, out);
         }
         if self.sm.sq_continues_in_flight() && sent < budget {

@@ -220,6 +220,7 @@ fn small_packet() -> impl Strategy<Value = PathMatch> {
         port_num: port,
         sgid: GIDS[s],
         dgid: GIDS[d],
+        ..Default::default()
     })
 }
 
@@ -259,6 +260,7 @@ fn received_over(p: &PathInfo) -> PathMatch {
         port_num: p.port_num,
         sgid: p.dgid,
         dgid: p.sgid,
+        ..Default::default()
     }
 }
 

@@ -22,7 +22,10 @@ use super::cq::CqShared;
 use super::dev_shared::DevShared;
 use super::mr_table::QpMemory;
 use super::srq::SrqShared;
-use crate::ib::{cq::WcQp, qp::QpHandle};
+use crate::ib::{
+    cq::WcQp,
+    qp::{QpHandle, QpType as IbQpType},
+};
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{CqKind, Timer};
@@ -105,8 +108,12 @@ pub(crate) struct QpInner {
 /// A queue pair, shared by its verbs, work item, timer and the receive path.
 #[pin_data]
 pub struct QpShared {
-    /// QP number.
+    /// QP number (1 for a GSI QP, whichever its port).
     pub qpn: u32,
+    /// The port of a GSI QP; 0 for the others.
+    pub port: u8,
+    /// The QP's type.
+    pub qp_type: IbQpType,
     /// The device's datapath state.
     pub dev: Arc<DevShared>,
     handle: QpHandle,
@@ -154,7 +161,7 @@ impl WorkItem for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        let route = core::mem::take(&mut this.inner.lock().paths.need_route);
+        let route = this.inner.lock().paths.lookup_due();
         if route {
             this.refresh_routes();
         }
@@ -187,7 +194,7 @@ impl QpShared {
 
     /// The completion-queue handle of this QP (`ib_wc.qp`).
     pub(crate) fn wc_qp(&self) -> WcQp {
-        self.handle.wc_qp(1)
+        self.handle.wc_qp(self.port.max(1))
     }
 
     /// Handles one received packet.
@@ -218,7 +225,7 @@ impl QpShared {
             let inner = &mut *g;
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
-            (inner.pending.take(), more || inner.paths.need_route)
+            (inner.pending.take(), more || inner.paths.lookup_due())
         };
         self.flush_tx();
         self.deliver(pending);
@@ -247,8 +254,9 @@ impl QpShared {
             timers.expire(QpTimer::RingPoll, now);
         }
         {
-            let mut out = QpOut::new(self, true, timers, pending, &[], Some(&paths.routes));
-            user.pull(core, self, &mut out);
+            // Taking WQEs sends nothing (`progress` below does): no routes needed.
+            let mut out = QpOut::new(self, true, timers, pending, &[], None);
+            user.pull(core, self, paths, &mut out);
         }
         let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]);
         let mut out = QpOut::new(
@@ -288,8 +296,11 @@ impl QpShared {
             Entry::Work | Entry::Doorbell => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
-        let need_route = out.need_route;
+        let (need_route, missing) = (out.need_route, out.missing_route);
         // `out` and `mem` borrow `inner`: their last use is above.
+        if let Some(p) = missing {
+            inner.paths.want(&p);
+        }
         inner
             .user
             .schedule_poll(&inner.core, &mut inner.timers, now);
@@ -328,7 +339,7 @@ pub struct RvrQp(Arc<QpShared>);
 
 /// Tears a QP down: no more work, timers or packets, then the last references go.
 fn destroy(qp: Arc<QpShared>) {
-    let removed = qp.dev.remove_qp(qp.qpn);
+    let removed = qp.dev.remove_qp(qp.qpn, qp.port);
     let (timer, sq, rq) = {
         let mut g = qp.inner.lock();
         g.dead = true;

@@ -30,6 +30,8 @@ pub(crate) struct QpOut<'a> {
     /// Set when a packet was dropped for want of a route, which only a lookup outside the lock
     /// can provide.
     pub(crate) need_route: bool,
+    /// A datagram destination that had no route (the packet was dropped): to look up.
+    pub(crate) missing_route: Option<PathInfo>,
 }
 
 impl<'a> QpOut<'a> {
@@ -50,6 +52,7 @@ impl<'a> QpOut<'a> {
             inline,
             routes,
             need_route: false,
+            missing_route: None,
         }
     }
 
@@ -81,7 +84,14 @@ impl Outputs for QpOut<'_> {
         };
         let (built, need_route) =
             transmit::build(self.qp, routes, self.inline, path, headers, payload);
-        self.need_route |= need_route;
+        if need_route {
+            // A datagram's destination is its own; a connected QP's is one of its paths.
+            if headers.deth.is_some() {
+                self.missing_route = Some(*path);
+            } else {
+                self.need_route = true;
+            }
+        }
         match built {
             Some(skb) => self.qp.stream(headers.info().is_request).push(skb),
             None => Counters::inc(&counters.send_err),

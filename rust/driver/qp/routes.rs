@@ -12,6 +12,12 @@ use crate::net::tx::Route;
 use crate::rvcore::apm::PathInfo;
 use kernel::prelude::*;
 
+/// Routes a QP keeps: the primary and alternate paths of a connected QP, recent destinations
+/// of a datagram QP.
+const ROUTES: usize = 8;
+/// Destinations a datagram QP waits to have looked up.
+const WANTED: usize = 4;
+
 /// What a QP keeps about its paths.
 #[derive(Default)]
 pub(crate) struct QpPaths {
@@ -20,8 +26,11 @@ pub(crate) struct QpPaths {
     pub(crate) dmac: [[u8; 6]; 2],
     /// Routes of the paths in use.
     pub(crate) routes: RouteCache,
-    /// A route lookup is due (done by the work item, in process context).
+    /// A lookup of the primary and alternate paths' routes is due (done by the work item, in
+    /// process context).
     pub(crate) need_route: bool,
+    /// Datagram destinations without a route, to look up with the next lookup.
+    wanted: [Option<PathInfo>; WANTED],
 }
 
 impl QpPaths {
@@ -39,26 +48,59 @@ impl QpPaths {
     pub(crate) fn set_dmac(&mut self, port: u32, mac: [u8; 6]) {
         self.dmac[Self::dmac_slot(port)] = mac;
     }
+
+    /// Asks for the route of datagram destination `path` unless one is cached (the oldest
+    /// wish gives way when the list is full).
+    pub(crate) fn want(&mut self, path: &PathInfo) {
+        if has_route(&self.routes, path) || self.wanted.iter().flatten().any(|p| p == path) {
+            return;
+        }
+        let i = self.wanted.iter().position(|p| p.is_none()).unwrap_or(0);
+        self.wanted[i] = Some(*path);
+    }
+
+    /// Whether a valid route to `path` is cached.
+    pub(crate) fn has_route(&self, path: &PathInfo) -> bool {
+        has_route(&self.routes, path)
+    }
+
+    /// Whether the work item has routes to look up.
+    pub(crate) fn lookup_due(&self) -> bool {
+        self.need_route || self.wanted.iter().any(|p| p.is_some())
+    }
 }
 
 impl QpShared {
-    /// Looks up the routes of the primary and alternate paths that have none (process context,
-    /// no lock held).
+    /// Looks up the routes of the primary and alternate paths and of the wanted datagram
+    /// destinations that have none (process context, no lock held).
     pub(super) fn refresh_routes(&self) {
-        let a = self.inner.lock().core.query();
-        self.look_up_routes([a.path, a.alt_path]);
+        let (a, wanted) = {
+            let mut g = self.inner.lock();
+            g.paths.need_route = false;
+            (g.core.query(), core::mem::take(&mut g.paths.wanted))
+        };
+        let mut paths = [PathInfo::EMPTY; 2 + WANTED];
+        paths[0] = a.path;
+        paths[1] = a.alt_path;
+        for (d, w) in paths[2..].iter_mut().zip(wanted) {
+            *d = w.unwrap_or(PathInfo::EMPTY);
+        }
+        self.look_up_routes(&paths);
     }
 
     /// Looks up the routes of `paths` that have none (process context, no lock held).
-    pub(super) fn look_up_routes(&self, paths: [PathInfo; 2]) {
-        let missing = {
+    pub(super) fn look_up_routes(&self, paths: &[PathInfo]) {
+        let mut missing = [false; 2 + WANTED];
+        {
             let g = self.inner.lock();
-            paths.map(|p| !has_route(&g.paths.routes, &p))
-        };
+            for (m, p) in missing.iter_mut().zip(paths) {
+                *m = !has_route(&g.paths.routes, p);
+            }
+        }
         let found = lookup_routes(
             self,
             |p| paths.iter().zip(missing.iter()).any(|(q, m)| q == p && !*m),
-            &paths,
+            paths,
         );
         if !found.is_empty() {
             install_routes(&mut self.inner.lock().paths.routes, found);
@@ -74,8 +116,8 @@ pub(crate) struct CachedRoute {
     route: Route,
 }
 
-/// The routes of a QP's primary and alternate paths.
-pub(crate) type RouteCache = [Option<CachedRoute>; 2];
+/// The routes a QP keeps ([`ROUTES`]).
+pub(crate) type RouteCache = [Option<CachedRoute>; ROUTES];
 
 /// The route stored for `path`, valid or not.
 pub(super) fn stored<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c Route> {
@@ -86,16 +128,21 @@ pub(super) fn stored<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c R
         .map(|c| &c.route)
 }
 
+/// The route cached for `path`, if valid.
 fn cached<'c>(cache: &'c RouteCache, path: &PathInfo) -> Option<&'c Route> {
     stored(cache, path).filter(|r| r.is_valid())
 }
 
+/// Stores `route` for `path`: over the route of the same path, else in a free slot, else over
+/// one of the others (picked by the path, so that a stream of new destinations spreads).
 fn store(cache: &mut RouteCache, path: &PathInfo, route: Route) {
+    let same =
+        |c: &CachedRoute| c.port == path.port_num && c.sgid == path.sgid && c.dgid == path.dgid;
     let i = cache
         .iter()
-        .position(|c| c.as_ref().is_some_and(|c| c.port == path.port_num))
+        .position(|c| c.as_ref().is_some_and(same))
         .or_else(|| cache.iter().position(|c| c.is_none()))
-        .unwrap_or(0);
+        .unwrap_or_else(|| usize::from(path.dgid[15]) % ROUTES);
     cache[i] = Some(CachedRoute {
         port: path.port_num,
         sgid: path.sgid,

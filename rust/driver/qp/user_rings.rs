@@ -6,10 +6,11 @@
 //! flush what user space posts in Error, polls them on a timer.
 
 use super::outputs::QpOut;
+use super::routes::QpPaths;
 use super::timers::{QpTimer, QpTimers};
 use super::user_wqe::{self, WqeError};
 use super::{CoreQp, QpShared};
-use crate::ib::queue::Ring;
+use crate::ib::{qp::QpType as IbQpType, queue::Ring};
 use crate::rvcore::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::rvcore::qp::QpAttrs;
 use crate::rvcore::qp_state::{AttrMask, QpState};
@@ -68,22 +69,19 @@ impl UserRings {
     }
 
     /// Takes the WQEs user space posted since the last look into the core: receives first (a
-    /// packet may need one).
-    pub(crate) fn pull(&mut self, core: &mut CoreQp, qp: &QpShared, out: &mut QpOut<'_>) {
+    /// packet may need one). A datagram WQE whose destination has no route yet stays in the ring: `paths` asks for
+    /// the route, and the work item, which looks it up, pulls it again.
+    pub(crate) fn pull(
+        &mut self,
+        core: &mut CoreQp,
+        qp: &QpShared,
+        paths: &mut QpPaths,
+        out: &mut QpOut<'_>,
+    ) {
         if let Some(rq) = self.rq.as_mut() {
             pull_recv(core, rq, &mut self.elem, qp.max_recv_sge, out);
         }
-        if let Some(sq) = self.sq.as_mut() {
-            let _ = pull_send(
-                core,
-                sq,
-                &mut self.elem,
-                &mut self.inline[..],
-                &mut self.sq_pulled,
-                qp,
-                out,
-            );
-        }
+        let _ = pull_send(self, core, qp, paths, out);
     }
 
     /// Starts, continues or stops the ring poll of a QP in `core`'s state.
@@ -145,15 +143,25 @@ fn pull_recv(
 /// Takes user send WQEs into the core while it has room. `Err` if the QP's state refuses
 /// sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
 fn pull_send(
+    rings: &mut UserRings,
     core: &mut CoreQp,
-    sq: &mut Ring,
-    elem: &mut KVec<u8>,
-    inline_area: &mut [u8],
-    pulled: &mut u64,
     qp: &QpShared,
+    paths: &mut QpPaths,
     out: &mut QpOut<'_>,
 ) -> Result {
+    let UserRings {
+        sq,
+        elem,
+        inline,
+        sq_pulled: pulled,
+        ..
+    } = rings;
+    let Some(sq) = sq.as_mut() else {
+        return Ok(());
+    };
+    let inline_area = &mut inline[..];
     let cap = u64::from(sq.capacity());
+    let datagram = matches!(qp.qp_type, IbQpType::Ud | IbQpType::Gsi);
     while core.sq_logic().outstanding() < cap {
         let Some(e) = elem.get_mut(..sq.elem_size()) else {
             break;
@@ -161,8 +169,26 @@ fn pull_send(
         if !sq.peek_copy(e) {
             break;
         }
-        match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline) {
+        match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline, datagram) {
             Ok(mut us) => {
+                if datagram && !us.wr.opcode.is_local() {
+                    // The destination is a user AH of the QP's PD, named by number.
+                    match qp.dev.ah(us.ah_num) {
+                        Some(ah) if ah.pd_id == qp.pd_id => {
+                            us.wr.ud.path = ah.path;
+                            if !paths.has_route(&ah.path) {
+                                paths.want(&ah.path);
+                                break;
+                            }
+                        }
+                        _ => {
+                            bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out);
+                            *pulled = pulled.wrapping_add(1);
+                            sq.advance_consumer();
+                            continue;
+                        }
+                    }
+                }
                 if qp.sig_all {
                     us.wr.flags.0 |= SendFlags::SIGNALED;
                 }
@@ -210,6 +236,7 @@ fn bad_wqe(core: &mut CoreQp, wr_id: u64, kind: CqKind, opcode: WcOpcode, out: &
         qp_num: out.qpn(),
         src_qp: 0,
         flags: 0,
+        network_hdr_type: 0,
     };
     let _ = Outputs::complete(out, kind, &wc);
     let a = QpAttrs {

@@ -67,13 +67,17 @@ pub(crate) struct UserSend {
     pub wr: SendWr,
     /// `Some(len)`: `len` inline bytes start at [`SEND_WQE_HEADER`] in the element.
     pub inline_len: Option<usize>,
+    /// The AH number of a datagram send (the shell resolves it into `wr.ud.path`).
+    pub ah_num: u32,
 }
 
-/// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits.
+/// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits;
+/// `datagram`: the QP is UD, and the WQE names its destination (`wr.ud`).
 pub(crate) fn parse_send(
     e: &[u8],
     max_sge: usize,
     max_inline: usize,
+    datagram: bool,
 ) -> Result<UserSend, (u64, WqeError)> {
     let wr_id = u64_at(e, send_wqe::WR_ID);
     let opcode =
@@ -101,6 +105,12 @@ pub(crate) fn parse_send(
         wr.swap = u64_at(e, send_wqe::ATOMIC_SWAP);
         wr.rkey = u32_at(e, send_wqe::ATOMIC_RKEY);
     }
+    let mut ah_num = 0;
+    if datagram && !opcode.is_local() {
+        wr.ud.remote_qpn = u32_at(e, send_wqe::UD_REMOTE_QPN);
+        wr.ud.remote_qkey = u32_at(e, send_wqe::UD_REMOTE_QKEY);
+        ah_num = u32_at(e, send_wqe::UD_AH_NUM);
+    }
     let inline = flags & SendFlags::INLINE != 0 && !opcode.is_local();
     if inline {
         let len = u32_at(e, send_wqe::DMA_LENGTH) as usize;
@@ -110,6 +120,7 @@ pub(crate) fn parse_send(
         return Ok(UserSend {
             wr,
             inline_len: Some(len),
+            ah_num,
         });
     }
     let n = u32_at(e, send_wqe::DMA_NUM_SGE) as usize;
@@ -123,6 +134,7 @@ pub(crate) fn parse_send(
     Ok(UserSend {
         wr,
         inline_len: None,
+        ah_num,
     })
 }
 

@@ -37,7 +37,7 @@ impl QpShared {
     /// transmits them later), then schedules the work item, also after an error.
     fn post_kernel(
         self: &Arc<Self>,
-        post: impl FnOnce(&mut CoreQp, &mut QpOut<'_>) -> Result,
+        post: impl FnOnce(&mut CoreQp, &mut QpPaths, &mut QpOut<'_>) -> Result,
     ) -> Result {
         let res = {
             let mut g = self.inner.lock();
@@ -50,7 +50,7 @@ impl QpShared {
                 &[],
                 None,
             );
-            post(&mut inner.core, &mut out)
+            post(&mut inner.core, &mut inner.paths, &mut out)
         };
         self.schedule();
         res
@@ -59,15 +59,26 @@ impl QpShared {
     /// Posts kernel send WRs (any context).
     fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
         let sig_all = self.sig_all;
-        self.post_kernel(|core, out| {
+        let datagram = matches!(self.qp_type, IbQpType::Ud | IbQpType::Gsi);
+        self.post_kernel(|core, paths, out| {
             while let Some(mut wr) = wrs.next_wr()? {
                 if wr.opcode == SendOpcode::RegMr {
-                    // Fast registration needs the MR's handle, which the converted WR does
-                    // not carry: not offered to kernel callers yet.
-                    return Err(EINVAL);
+                    // Fast registration (kernel callers only): the MR, its new key and
+                    // rights, and the pages `map_mr_sg` gave it.
+                    wr.reg = wrs.reg_mr::<RvrDevice>().ok_or(EINVAL)?;
                 }
                 if sig_all {
                     wr.flags.0 |= SendFlags::SIGNALED;
+                }
+                if datagram {
+                    // The destination is the WR's AH, of the QP's PD. Its route is looked up
+                    // by the work item (this may be atomic context) before it transmits.
+                    let ah = wrs.ah::<RvrDevice>().ok_or(EINVAL)?;
+                    if ah.pd_id != self.pd_id {
+                        return Err(EINVAL);
+                    }
+                    wr.ud.path = ah.path.to_info(0, 0);
+                    paths.want(&wr.ud.path);
                 }
                 core.post_send(&wr, out).map_err(post_errno)?;
             }
@@ -77,7 +88,7 @@ impl QpShared {
 
     /// Posts kernel receive WRs (any context).
     fn post_kernel_recv(self: &Arc<Self>, wrs: &mut RecvWrList<'_>) -> Result {
-        self.post_kernel(|core, out| {
+        self.post_kernel(|core, _, out| {
             while let Some(wr) = wrs.next_wr()? {
                 core.post_recv(&wr, out).map_err(post_errno)?;
             }
@@ -109,9 +120,20 @@ impl QpVerbs for RvrDevice {
         if init.create_flags() != 0 {
             return Err(crate::errno::eopnotsupp());
         }
-        if init.qp_type() != Some(IbQpType::Rc) {
-            return Err(crate::errno::eopnotsupp());
-        }
+        let ib_type = init.qp_type().ok_or_else(crate::errno::eopnotsupp)?;
+        let (qp_type, gsi_port) = match ib_type {
+            IbQpType::Rc => (QpType::Rc, 0),
+            IbQpType::Uc => (QpType::Uc, 0),
+            IbQpType::Ud => (QpType::Ud, 0),
+            // The GSI QP of a port: QP1 on the wire, one per port.
+            IbQpType::Gsi => {
+                let port = u8::try_from(init.port_num()).map_err(|_| EINVAL)?;
+                if port == 0 || u32::from(port) > pd.device().data().nports() {
+                    return Err(EINVAL);
+                }
+                (QpType::Gsi, port)
+            }
+        };
         let srq = init.srq().map(|s| s.data().0.clone());
         if srq.as_ref().is_some_and(|s| s.pd_id != pd.data().id) {
             return Err(EINVAL);
@@ -177,10 +199,10 @@ impl QpVerbs for RvrDevice {
         let sig_all = init.signal_all();
         let pd_id = pd.data().id;
         let for_qp = shared.clone();
-        let qp = shared.insert_qp(|qpn| {
+        let make = |qpn| {
             let core = Qp::new(
                 QpCreate {
-                    qp_type: QpType::Rc,
+                    qp_type,
                     qpn,
                     srq: srq.is_some(),
                 },
@@ -201,6 +223,8 @@ impl QpVerbs for RvrDevice {
             Arc::pin_init(
                 try_pin_init!(QpShared {
                     qpn,
+                    port: gsi_port,
+                    qp_type: ib_type,
                     dev: for_qp,
                     handle,
                     pd_id,
@@ -222,7 +246,12 @@ impl QpVerbs for RvrDevice {
                 }),
                 GFP_KERNEL,
             )
-        })?;
+        };
+        let qp = if gsi_port != 0 {
+            shared.insert_gsi(gsi_port, make)?
+        } else {
+            shared.insert_qp(make)?
+        };
         init.set_cap(QpCap {
             max_send_wr: sq_slots,
             max_recv_wr: rq_slots,
@@ -270,7 +299,7 @@ impl QpVerbs for RvrDevice {
         // Routes first: the transition may send at once (the unsolicited ACK that announces
         // the initial credits on entering RTR), and nothing under the QP lock may look one up.
         if mask.intersects(AttrMask::AV.union(AttrMask::ALT_PATH)) {
-            qp.look_up_routes([a.path, a.alt_path]);
+            qp.look_up_routes(&[a.path, a.alt_path]);
         }
         let mut res = Ok(());
         qp.drive(Entry::Modify(&a, mask, &mut res));
@@ -295,7 +324,7 @@ impl QpVerbs for RvrDevice {
                 max_rdma_ctxs: 0,
             },
             sig_all: qp.sig_all,
-            qp_type: IbQpType::Rc,
+            qp_type: qp.qp_type,
         })
     }
 

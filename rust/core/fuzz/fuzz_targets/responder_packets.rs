@@ -501,6 +501,7 @@ fn arrived(p: &PathInfo) -> PathMatch {
         port_num: p.port_num,
         sgid: p.dgid,
         dgid: p.sgid,
+        ..Default::default()
     }
 }
 
@@ -1044,6 +1045,7 @@ impl Driver {
                 port_num: inp.u8(),
                 sgid: gid(inp.u8(), 0),
                 dgid: gid(1, 0),
+                ..Default::default()
             },
             _ => arrived(self.qp.primary_path()),
         }

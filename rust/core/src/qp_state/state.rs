@@ -164,6 +164,11 @@ pub enum QpType {
 }
 
 impl QpType {
+    /// UD and the special QPs that follow UD (GSI): datagrams, a Q_Key, no connection.
+    pub const fn is_datagram(self) -> bool {
+        matches!(self, QpType::Ud | QpType::Gsi | QpType::Smi)
+    }
+
     /// The type with the kernel number `raw`, or `None` if there is none.
     pub const fn from_raw(raw: u32) -> Option<QpType> {
         match raw {

@@ -94,6 +94,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     qp_num: ctx.qpn,
                     src_qp: ctx.dest_qp,
                     flags: 0,
+                    network_hdr_type: 0,
                 };
                 if self.retire_rq_head(&wc, out) == RqOutcome::CqOverflow {
                     return RqOutcome::CqOverflow;

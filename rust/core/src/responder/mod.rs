@@ -161,10 +161,12 @@ pub struct RxCtx<'a> {
     pub pkey: u16,
     /// Our QP number.
     pub qpn: u32,
-    /// Source GID of the packet being processed (UD: goes into the GRH area).
+    /// Source GID of the packet being processed.
     pub src_gid: [u8; 16],
-    /// Destination GID of the packet being processed (UD).
+    /// Destination GID of the packet being processed.
     pub dst_gid: [u8; 16],
+    /// Network header of the packet being processed (UD: goes into the GRH area).
+    pub net: crate::apm::NetHeader,
 }
 
 /// The payload length the length checks see: one that does not fit in 32 bits saturates, so

@@ -44,7 +44,8 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
 
     /// UD: one Send Only (with or without immediate) per message; a wrong Q_Key, a missing
     /// receive WQE or any other problem silently drops the datagram. The first 40 bytes of the
-    /// receive buffer get a GRH (an IPv6 header built from the packet's GIDs).
+    /// receive buffer get the packet's network header (RoCEv2's GRH area, see
+    /// [`crate::apm::NetHeader`]).
     pub(super) fn on_ud_request<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
@@ -75,20 +76,8 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let placed = if need > wr.sg.total_len().unwrap_or(0) {
             Err(Fault::LENGTH)
         } else {
-            let mut grh = [0u8; GRH_LEN as usize];
-            grh[0] = 0x60;
-            let pl = u16::try_from(plen).unwrap_or(u16::MAX).to_be_bytes();
-            grh[4] = pl[0];
-            grh[5] = pl[1];
-            grh[6] = 0x11;
-            grh[7] = 64;
-            for (d, s) in grh[8..24].iter_mut().zip(ctx.src_gid.iter()) {
-                *d = *s;
-            }
-            for (d, s) in grh[24..40].iter_mut().zip(ctx.dst_gid.iter()) {
-                *d = *s;
-            }
-            place_recv(mem, &wr, 0, &grh).and_then(|_| place_recv(mem, &wr, GRH_LEN, payload))
+            place_recv(mem, &wr, 0, &ctx.net.grh)
+                .and_then(|_| place_recv(mem, &wr, GRH_LEN, payload))
         };
         let status = match placed {
             Ok(_) => WcStatus::Success,
@@ -98,7 +87,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             Some(i) => (i.imm, WC_WITH_IMM),
             None => (0, 0),
         };
-        flags |= crate::events::WC_GRH;
+        flags |= crate::events::WC_GRH | crate::events::WC_WITH_NETWORK_HDR_TYPE;
         let wc = Completion {
             wr_id: wr.wr_id,
             status,
@@ -108,6 +97,11 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             qp_num: ctx.qpn,
             src_qp: deth.src_qp,
             flags,
+            network_hdr_type: if ctx.net.ipv4 {
+                crate::events::NETWORK_IPV4
+            } else {
+                crate::events::NETWORK_IPV6
+            },
         };
         let r = self.retire_rq_head(&wc, out);
         if r == RqOutcome::Ok {

@@ -881,6 +881,7 @@ impl Sim {
                     port_num: f.link as u8 + 1,
                     sgid: gid(from, f.link),
                     dgid: gid(to, f.link),
+                    ..Default::default()
                 };
                 match Headers::decode_with_payload(&f.bytes) {
                     Ok((h, payload)) => {

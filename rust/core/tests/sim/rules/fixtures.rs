@@ -352,6 +352,7 @@ impl Duo {
             port_num: port,
             sgid: gid(1 - to, link),
             dgid: gid(to, link),
+            ..Default::default()
         };
         let now = self.now;
         let e = &mut self.e[to];

@@ -321,6 +321,7 @@ fn deliver_raw(d: &mut Duo, to: usize, b: &rvrdma_core::wire::bth::RawBth) {
         port_num: 1,
         sgid: gid(1 - to, 0),
         dgid: gid(to, 0),
+        ..Default::default()
     };
     let now = d.now;
     let e = &mut d.e[to];

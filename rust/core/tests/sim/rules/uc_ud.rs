@@ -8,6 +8,8 @@ use rvrdma_core::requester::PostError;
 use rvrdma_core::wire::Opcode;
 use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
 
+use rvrdma_core::apm::{NetHeader, PathMatch};
+
 use super::fixtures::*;
 
 // ---- UC --------------------------------------------------------------------------------------
@@ -204,4 +206,100 @@ fn ud_wrong_qkey_is_dropped_and_long_sends_refused() {
     d.progress(0);
     let p = d.take(0);
     assert_eq!(p[0].0.deth.expect("DETH").qkey, 0x1111);
+}
+
+/// GSI (QP1) is UD on the wire: a DETH with source QP 1 and the GSI Q_Key (0x80010000, the QP's
+/// own through the top bit of the WR's Q_Key, as ib_mad posts); its Reset -> Init takes no port
+/// (the port is the one it was created on). A receive gets the packet's network header in its
+/// GRH area: an IPv4 header in the last 20 of the 40 bytes after 20 zero bytes, and a
+/// completion that says IPv4 (IB_WC_WITH_NETWORK_HDR_TYPE), which ib_core needs to build the
+/// reply's address.
+#[test]
+fn gsi_sends_with_qp1_and_its_qkey_and_receives_the_ipv4_header() {
+    const GSI_QKEY: u32 = 0x8001_0000;
+    let mut d = Duo {
+        e: [
+            mk_end_t(0, false, QpType::Gsi),
+            mk_end_t(1, false, QpType::Gsi),
+        ],
+        now: 0,
+        recv_seq: [0, 0],
+    };
+    for i in 0..2 {
+        d.e[i].qp = rvrdma_core::qp::Qp::new(
+            rvrdma_core::qp::QpCreate {
+                qp_type: QpType::Gsi,
+                qpn: 1,
+                srq: false,
+            },
+            vec![rvrdma_core::wqe::SendSlot::default(); 16],
+            vec![rvrdma_core::wqe::RecvSlot::default(); 16],
+        )
+        .expect("GSI");
+        d.e[i].qp.set_port_mtu(1024);
+        let a = QpAttrs {
+            qp_state: QpState::Init,
+            qkey: GSI_QKEY,
+            ..QpAttrs::default()
+        };
+        d.modify(
+            i,
+            &a,
+            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::QKEY,
+        )
+        .expect("INIT without a port");
+        d.move_to(i, QpState::Rtr);
+        let a = QpAttrs {
+            qp_state: QpState::Rts,
+            ..QpAttrs::default()
+        };
+        d.modify(i, &a, AttrMask::STATE | AttrMask::SQ_PSN)
+            .expect("RTS");
+    }
+    let mad: Vec<u8> = (0..256u32).map(|x| (x * 3) as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &mad);
+    d.post_recv(1, 1024).expect("recv");
+    let mut w = send_wr(1, SendOpcode::Send, 256);
+    w.ud.path = path(0, 0);
+    w.ud.remote_qpn = 1;
+    w.ud.remote_qkey = 0x8000_0000;
+    d.post(0, w).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    let h = &p[0].0;
+    assert_eq!(h.bth.dest_qp, 1);
+    let deth = h.deth.expect("DETH");
+    assert_eq!((deth.qkey, deth.src_qp), (GSI_QKEY, 1));
+
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 77, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 77, 0, 2]);
+    let pm = PathMatch {
+        port_num: 1,
+        sgid: gid(0, 0),
+        dgid: gid(1, 0),
+        net: NetHeader::from_ip_header(&ip).expect("IPv4 header"),
+    };
+    let now = d.now;
+    let e = &mut d.e[1];
+    e.qp.receive(now, &p[0].0, &p[0].1, &pm, &mut e.mem, &mut e.out);
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!((c.src_qp, c.byte_len), (1, 40 + 256));
+    let want = rvrdma_core::events::WC_GRH | rvrdma_core::events::WC_WITH_NETWORK_HDR_TYPE;
+    assert_eq!(c.flags & want, want);
+    assert_eq!(c.network_hdr_type, rvrdma_core::events::NETWORK_IPV4);
+    let got = d.e[1]
+        .mem
+        .0
+        .borrow()
+        .read(DST, DST_VA, 40 + 256)
+        .expect("r");
+    assert_eq!(got[..20], [0u8; 20], "20 zero bytes before the IPv4 header");
+    assert_eq!(got[20..40], ip);
+    assert_eq!(got[40..], mad[..]);
 }
