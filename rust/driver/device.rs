@@ -44,8 +44,8 @@ pub struct RvrDevice {
     ports: KVec<Port>,
     /// The identity of the next PD.
     pub(crate) next_pd_id: AtomicU32,
-    /// PDs allocated and not yet freed: every user of the device holds one.
-    pub(crate) live_pds: AtomicU32,
+    /// PDs user processes hold: every user process of the device holds one.
+    pub(crate) user_pds: AtomicU32,
     /// The datapath state shared with QPs, work items and the receive path.
     pub(crate) shared: Arc<DevShared>,
     /// The memory regions.
@@ -72,7 +72,7 @@ impl RvrDevice {
         Ok(Self {
             ports,
             next_pd_id: AtomicU32::new(1),
-            live_pds: AtomicU32::new(0),
+            user_pds: AtomicU32::new(0),
             shared: DevShared::new(netdevs, mrs.clone())?,
             mrs,
         })
@@ -90,9 +90,10 @@ impl RvrDevice {
         u32::try_from(i + 1).ok()
     }
 
-    /// Whether anybody uses the device (holds a PD).
+    /// Whether a user process uses the device (holds a PD). Kernel users (ib_mad's QP1 on
+    /// every port, ULPs) are torn down and come back when the device registers again.
     pub fn in_use(&self) -> bool {
-        self.live_pds.load(Ordering::Relaxed) != 0
+        self.user_pds.load(Ordering::Relaxed) != 0
     }
 
     /// A reference to the net device of `port` (1-based), unless it is unregistering.

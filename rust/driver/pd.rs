@@ -11,18 +11,25 @@ use kernel::prelude::*;
 pub struct RvrPd {
     /// Device-unique, never reused while the module is loaded (wraps only after 2^32 PDs).
     pub id: u32,
+    /// Allocated by a user process (else by a kernel caller).
+    user: bool,
 }
 
 impl PdVerbs for RvrDevice {
     type Pd = RvrPd;
 
-    fn alloc_pd(dev: &Device<Self>, _udata: Option<&mut Udata<'_>>) -> Result<RvrPd> {
+    fn alloc_pd(dev: &Device<Self>, udata: Option<&mut Udata<'_>>) -> Result<RvrPd> {
         let id = dev.data().next_pd_id.fetch_add(1, Ordering::Relaxed);
-        dev.data().live_pds.fetch_add(1, Ordering::Relaxed);
-        Ok(RvrPd { id })
+        let user = udata.is_some();
+        if user {
+            dev.data().user_pds.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(RvrPd { id, user })
     }
 
-    fn dealloc_pd(dev: &Device<Self>, _pd: RvrPd) {
-        dev.data().live_pds.fetch_sub(1, Ordering::Relaxed);
+    fn dealloc_pd(dev: &Device<Self>, pd: RvrPd) {
+        if pd.user {
+            dev.data().user_pds.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
