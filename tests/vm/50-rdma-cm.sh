@@ -5,13 +5,14 @@
 # programs move data over the RC QPs they connected.
 #
 # rping -v -V moves a pattern with RDMA Read and Write and checks every byte of it on each
-# ping; ucmatose connects several QPs at once and sends over each. Both run rvrdma <-> rvrdma,
-# then rvrdma <-> rdma_rxe in both directions.
+# ping; rstream -T v (rsockets) streams data and the receiver checks every byte; ucmatose
+# connects several QPs at once and sends over each; udaddy sends over user UD QPs whose peers
+# it found through the CM. All run rvrdma <-> rvrdma, then rvrdma <-> rdma_rxe.
 . "$(dirname "$0")/lib.sh"
 
 main() {
 	ktap_print_header
-	ktap_set_plan 10
+	ktap_set_plan 12
 	dut_setup 1
 	pair_up
 	check "ib_mad opened QP1 on rvrdma (no 'Couldn't create ib_mad QP1' in the kernel log)" \
@@ -26,6 +27,8 @@ main() {
 		ucmatose_run 10.77.0.2 8 10
 	check "udaddy: UD QPs resolved through the CM (SIDR), rvrdma <-> rvrdma" \
 		udaddy_run 10.77.0.2
+	check "rsockets: rstream -T v (every byte verified), 64 KiB x 200, rvrdma <-> rvrdma" \
+		rstream_run 10.77.0.2
 
 	# rdma_rxe on the rvB side: rvrdma and rdma_rxe connect to each other through the CM.
 	rdma link delete "${DUT}1" && link_add rxe1 veth1 rxe || fail_rest "rxe1: $LINK_OUT"
@@ -38,6 +41,8 @@ main() {
 		ucmatose_run 10.77.0.2 8 10
 	check "udaddy: rvrdma client -> rdma_rxe server" \
 		udaddy_run 10.77.0.2
+	check "rsockets: rstream -T v, rdma_rxe client -> rvrdma server" \
+		rstream_run 10.77.0.1
 	ktap_finished
 }
 
@@ -110,6 +115,19 @@ udaddy_run() {
 	cm_pair "$saddr"
 	cm_server udaddy -b "$saddr" || rc=1
 	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" udaddy -s "$saddr" 2>&1 || rc=1
+	cm_server_done || rc=1
+	return "$rc"
+}
+
+# rstream_run SADDR: rsockets (a socket API over RDMA CM connections) streaming 64 KiB
+# transfers with rstream's data verification (-T v: the receiver checks every byte).
+rstream_run() {
+	local saddr=$1 sns cns srv_out srv_pid port rc=0
+	cm_pair "$saddr"
+	port=$(pp_next_port) || return 1
+	cm_server rstream -b "$saddr" -p "$port" -T v -S 65536 -C 200 || rc=1
+	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" rstream -s "$saddr" -p "$port" -T v \
+		-S 65536 -C 200 2>&1 || rc=1
 	cm_server_done || rc=1
 	return "$rc"
 }
