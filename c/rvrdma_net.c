@@ -228,3 +228,17 @@ unsigned int rvr_this_cpu(void)
 {
 	return smp_processor_id();
 }
+
+bool rvr_skb_local_for(const struct sk_buff *skb, const struct net_device *dev)
+{
+	if (!skb->dev || !(skb->dev->flags & IFF_LOOPBACK) ||
+	    !net_eq(dev_net(skb->dev), dev_net(dev)))
+		return false;
+	if (skb->protocol == htons(ETH_P_IP))
+		return __ip_dev_find(dev_net(dev), ip_hdr(skb)->daddr, false) == dev;
+#if IS_ENABLED(CONFIG_IPV6)
+	if (skb->protocol == htons(ETH_P_IPV6))
+		return ipv6_chk_addr(dev_net(dev), &ipv6_hdr(skb)->daddr, dev, 0);
+#endif
+	return false;
+}

@@ -19,6 +19,8 @@
 #include <net/ip6_route.h>
 #include <net/net_namespace.h>
 #include <net/udp_tunnel.h>
+#include <net/addrconf.h>
+#include <linux/inetdevice.h>
 
 /* skb accessors */
 unsigned char *rvr_skb_data(const struct sk_buff *skb);
@@ -73,5 +75,9 @@ unsigned int rvr_backlog_head(unsigned int cpu);
 void rvr_local_bh_disable(void);
 void rvr_local_bh_enable(void);
 unsigned int rvr_this_cpu(void);
+
+/* Whether @skb came in on a loopback device for an address of @dev (a packet this host sent
+ * to one of its own addresses on @dev). RCU read side. */
+bool rvr_skb_local_for(const struct sk_buff *skb, const struct net_device *dev);
 
 #endif

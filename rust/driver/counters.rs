@@ -100,8 +100,11 @@ counters! {
     rx_malformed,
     /// Packets for a QP number that does not exist.
     rx_no_qp,
-    /// Packets that could not be built or sent.
+    /// Packets that could not be built or sent (for want of a route: `tx_no_route`).
     send_err,
+    /// Packets dropped because no route to their destination was known yet (the work item
+    /// looks it up; a connected QP resends, a datagram is lost as on any network).
+    tx_no_route,
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,

@@ -22,13 +22,16 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::new_irq_spinlock;
-use crate::sync::{irq_spinlock::IrqSpinLock, workqueue::flush_work};
+use crate::sync::{
+    irq_spinlock::IrqSpinLock,
+    workqueue::{self, flush_work},
+};
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     prelude::*,
     sync::Arc,
     transmute::AsBytes,
-    workqueue::{self, impl_has_work, new_work, Work, WorkItem},
+    workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 /// Largest number of CQ entries (`ib_device_attr.max_cqe`, as rxe).
@@ -140,7 +143,7 @@ impl CqShared {
         let g = self.inner.lock();
         if !g.dead {
             // Already queued: one call covers both notifications.
-            let _ = workqueue::system().enqueue::<Arc<CqShared>, 0>(self.clone());
+            let _ = workqueue::queue().enqueue::<Arc<CqShared>, 0>(self.clone());
         }
         drop(g);
     }
@@ -149,7 +152,7 @@ impl CqShared {
     pub fn error_event(self: &Arc<Self>) {
         let g = self.inner.lock();
         if !g.dead {
-            let _ = workqueue::system().enqueue::<Arc<CqShared>, 1>(self.clone());
+            let _ = workqueue::queue().enqueue::<Arc<CqShared>, 1>(self.clone());
         }
         drop(g);
     }

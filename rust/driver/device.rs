@@ -140,7 +140,8 @@ impl IbDriver for RvrDevice {
             // with kernel/patches/0001 applied (README, "Path migration").
             device_cap_flags: DeviceAttr::CAP_PORT_ACTIVE_EVENT
                 | DeviceAttr::CAP_SYS_IMAGE_GUID
-                | DeviceAttr::CAP_AUTO_PATH_MIG,
+                | DeviceAttr::CAP_AUTO_PATH_MIG
+                | DeviceAttr::CAP_MEM_MGT_EXTENSIONS,
             kernel_cap_flags: DeviceAttr::KCAP_ALLOW_USER_UNREG,
             max_send_sge: super::qp::MAX_SGE as i32,
             max_recv_sge: super::qp::MAX_SGE as i32,

@@ -29,7 +29,7 @@ pub fn rx_listen(dev: &Arc<DevShared>) -> Result {
 
 impl RxListener for DevShared {
     fn accepts(&self, skb: &Skb) -> bool {
-        self.ports.iter().any(|p| skb.came_from(p))
+        self.ports.iter().any(|p| skb.arrived_for(p))
     }
 
     fn receive(&self, skb: Skb) {
@@ -43,7 +43,7 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
     let Some(port) = dev
         .ports
         .iter()
-        .position(|p| skb.came_from(p))
+        .position(|p| skb.arrived_for(p))
         .and_then(|i| u8::try_from(i + 1).ok())
     else {
         Counters::inc(&c.rx_malformed);

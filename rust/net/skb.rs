@@ -110,6 +110,15 @@ impl Skb {
         unsafe { b::rvr_skb_dev(self.as_raw()) == ndev.as_raw() }
     }
 
+    /// Whether the skb is for the net device `ndev`: it arrived on it, or it came over a
+    /// loopback device to one of `ndev`'s addresses (the host talking to itself). RCU read side
+    /// (the receive path).
+    pub fn arrived_for(&self, ndev: &NetDev) -> bool {
+        // SAFETY: the skb is live (type invariant); the helper reads its headers and looks the
+        // address up under the caller's RCU read side.
+        self.came_from(ndev) || unsafe { b::rvr_skb_local_for(self.as_raw(), ndev.as_raw()) }
+    }
+
     /// Free bytes after the tail of a linear skb (`skb_tailroom`; 0 when non-linear).
     fn tailroom(&self) -> usize {
         // SAFETY: the skb is live (type invariant).

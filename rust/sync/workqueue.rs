@@ -5,8 +5,8 @@
 //! polling; the hrtimer callbacks only queue the work item), sending what a burst left beyond
 //! its transmit budget, route lookups, and the processing of work requests posted by kernel
 //! callers.
-//! Received packets are not handled here (the UDP tunnel's receive hook handles them in
-//! softirq context), nor are completion handlers (they run on the system workqueue). Being
+//! The CQs' calls of ib_core's completion and event handlers run here too. Received packets
+//! are not handled here (the UDP tunnel's receive hook handles them in softirq context). Being
 //! private, the queue can be drained at module unload.
 
 use crate::bindings as b;

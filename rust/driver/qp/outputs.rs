@@ -94,6 +94,7 @@ impl Outputs for QpOut<'_> {
         }
         match built {
             Some(skb) => self.qp.stream(headers.info().is_request).push(skb),
+            None if need_route => Counters::inc(&counters.tx_no_route),
             None => Counters::inc(&counters.send_err),
         }
     }
