@@ -6,9 +6,9 @@
 use super::counters::Counters;
 use super::mr_table::MrTable;
 use super::qp::QpShared;
-use crate::rvcore::apm::PathInfo;
 use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::udp_tunnel;
+use crate::rvcore::apm::PathInfo;
 use crate::sync::irq_spinlock::IrqSpinLock;
 use kernel::{prelude::*, sync::Arc};
 

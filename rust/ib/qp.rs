@@ -8,9 +8,9 @@
 
 use super::{
     ah::AhVerbs,
-    mr::{mr_handle, MrVerbs},
     cq::{Cq, CqVerbs, WcQp},
     device::{Device, IbDriver},
+    mr::{mr_handle, MrVerbs},
     object::Obj,
     pd::{Pd, PdVerbs},
     srq::{Srq, SrqVerbs},
@@ -842,10 +842,7 @@ unsafe extern "C" fn post_send<T: QpVerbs>(
             let mut list = SendWrList {
                 next: wr,
                 bad,
-                datagram: matches!(
-                    QpType::from_raw(qp_type),
-                    Some(QpType::Ud | QpType::Gsi)
-                ),
+                datagram: matches!(QpType::from_raw(qp_type), Some(QpType::Ud | QpType::Gsi)),
                 ah: core::ptr::null(),
                 reg: core::ptr::null(),
             };
