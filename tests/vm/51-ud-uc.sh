@@ -40,15 +40,16 @@ main() {
 # (-R): its server listens on SADDR's netns (an RDMA CM id, not a TCP socket), its client in the
 # other connects to SADDR. Passes when both exit 0.
 pf_cm_run() {
-	local prog=$1 sdev=$2 saddr=$3 cdev=$4 port sns cns spid rc=0
+	local prog=$1 sdev=$2 saddr=$3 cdev=$4 port sns cns spid rc=0 t=()
 	shift 4
+	[ -n "${RVRDMA_ACK_TIMEOUT:-}" ] && t=(-u "$RVRDMA_ACK_TIMEOUT")
 	port=$(pp_next_port) || return 1
 	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -R -p "$port" -F ${RVRDMA_ACK_TIMEOUT:+-u "$RVRDMA_ACK_TIMEOUT"} "$@" \
+	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -R -p "$port" -F "${t[@]}" "$@" \
 		>/dev/null 2>&1 &
 	spid=$!
 	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN" || { kill "$spid"; return 1; }
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -R -p "$port" -F ${RVRDMA_ACK_TIMEOUT:+-u "$RVRDMA_ACK_TIMEOUT"} "$@" \
+	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -R -p "$port" -F "${t[@]}" "$@" \
 		"$saddr" || rc=1
 	wait "$spid" || rc=1
 	return "$rc"
