@@ -21,11 +21,6 @@ pub struct BacklogMark {
 }
 
 impl BacklogMark {
-    /// The CPU whose backlog the batch went to.
-    pub fn cpu(&self) -> u32 {
-        self.cpu
-    }
-
     /// Whether the backlog of the mark's CPU has been processed past the mark.
     fn passed(&self) -> bool {
         // SAFETY: `cpu` came from `rvr_this_cpu`, a possible CPU; the helper only reads a
