@@ -131,6 +131,18 @@ int rvr_netdev_ifindex(const struct net_device *ndev)
 	return ndev->ifindex;
 }
 
+/* Adds (or drops) the Ethernet multicast address of a multicast GID to the device's filter. */
+int rvr_dev_mc_gid(struct net_device *ndev, const u8 *gid, bool add)
+{
+	u8 mac[ETH_ALEN];
+
+	if (ipv6_addr_v4mapped((const struct in6_addr *)gid))
+		ip_eth_mc_map(*(const __be32 *)(gid + 12), mac);
+	else
+		ipv6_eth_mc_map((const struct in6_addr *)gid, mac);
+	return add ? dev_mc_add(ndev, mac) : dev_mc_del(ndev, mac);
+}
+
 unsigned int rvr_ll_reserved_space(const struct net_device *ndev)
 {
 	return LL_RESERVED_SPACE(ndev);

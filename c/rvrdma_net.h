@@ -52,6 +52,7 @@ void rvr_skb_queue_purge(struct sk_buff_head *q);
 struct net *rvr_dev_net(const struct net_device *ndev);
 struct net_device *rvr_init_net_dev_get_by_name(const char *name);
 int rvr_netdev_ifindex(const struct net_device *ndev);
+int rvr_dev_mc_gid(struct net_device *ndev, const u8 *gid, bool add);
 unsigned int rvr_ll_reserved_space(const struct net_device *ndev);
 int rvr_udp_sock_create(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp);
 struct sock *rvr_socket_sk(const struct socket *sock);

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The per-device state the datapath shares between verbs, work items, timers and the receive
-//! path ([`super::receive`]): the port netdevs, the QP table, the MR table and the counters.
+//! path ([`super::receive`]): the port netdevs, the QP table, the MR table, the user AHs, the
+//! multicast groups and the counters.
 
 use super::counters::Counters;
+use super::mcast::McastTable;
 use super::mr_table::MrTable;
 use super::qp::QpShared;
 use crate::net::netdev::{NetDev, NetDevRef};
@@ -44,6 +46,9 @@ pub struct DevShared {
     /// User AHs by number (`ah_num - 1`): user datagram WQEs name their AH by number.
     #[pin]
     ahs: IrqSpinLock<KVec<Option<UserAh>>>,
+    /// Multicast groups and the UD QPs attached to them.
+    #[pin]
+    pub mcast: McastTable,
 }
 
 /// Most user AHs per device.
@@ -104,6 +109,7 @@ impl DevShared {
                     "rvrdma_qp_table"
                 ),
                 ahs <- crate::new_irq_spinlock!(ahs, "rvrdma_ah_table"),
+                mcast <- McastTable::new(),
             }),
             GFP_KERNEL,
         )
@@ -211,6 +217,22 @@ impl DevShared {
     pub fn ah(&self, ah_num: u32) -> Option<UserAh> {
         let i = (ah_num as usize).wrapping_sub(1);
         self.ahs.lock().get(i).copied().flatten()
+    }
+
+    /// Adds (`add`) or drops multicast group `gid` in the receive filters of the port netdevs.
+    /// Process context.
+    pub fn mc_filter(&self, gid: &[u8; 16], add: bool) -> Result {
+        for (i, p) in self.ports.iter().enumerate() {
+            if let Err(e) = p.mc_filter(gid, add) {
+                if add {
+                    for q in &self.ports[..i] {
+                        let _ = q.mc_filter(gid, false);
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Stops the receive path of this device: it no longer gets packets, and the ones being

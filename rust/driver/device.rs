@@ -3,6 +3,7 @@
 //! An rvrdma ib device: its attributes and ports.
 
 use super::dev_shared::{self, DevShared};
+use super::mcast;
 use super::mr_table::{MrTable, MAX_MRS};
 use crate::ib::attrs::{
     AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
@@ -155,6 +156,9 @@ impl IbDriver for RvrDevice {
             max_qp_init_rd_atom: 16,
             atomic_cap: AtomicCap::Hca,
             max_ah: 0x7fff,
+            max_mcast_grp: mcast::MAX_GROUPS as i32,
+            max_mcast_qp_attach: mcast::MAX_QP_ATTACH as i32,
+            max_total_mcast_qp_attach: (mcast::MAX_GROUPS * mcast::MAX_QP_ATTACH) as i32,
             max_srq: 0x400,
             max_srq_wr: 0x4000,
             max_srq_sge: 27,

@@ -14,6 +14,7 @@ pub mod dev_shared;
 pub mod device;
 mod kunit_mr_table;
 pub mod link;
+pub mod mcast;
 pub mod mr;
 pub mod mr_table;
 pub mod pd;

@@ -9,11 +9,13 @@
 
 use super::counters::Counters;
 use super::dev_shared::DevShared;
+use super::mcast::MAX_QP_ATTACH;
 use crate::net::roce::RoceRxError;
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
-use crate::rvcore::wire::{bth::RawBth, DecodeError, Headers};
+use crate::rvcore::wire::bth::{RawBth, MULTICAST_QPN};
+use crate::rvcore::wire::{DecodeError, Headers};
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
 
@@ -81,16 +83,53 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             return;
         }
     };
+    if dest_qp == MULTICAST_QPN {
+        multicast(dev, port, &rx.dst_gid, decoded, &pm, rx.udp_payload.len());
+        return;
+    }
     let Some(qp) = dev.qp(dest_qp, port) else {
         Counters::inc(&c.rx_no_qp);
         return;
     };
-    Counters::inc(&c.rcvd_pkts);
-    c.rcvd_bytes
-        .fetch_add(rx.udp_payload.len() as u64, Ordering::Relaxed);
+    count_rcvd(c, rx.udp_payload.len());
     match (decoded, raw) {
         (Ok((h, payload)), _) => qp.receive(&h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
         (Err(_), None) => {}
+    }
+}
+
+fn count_rcvd(c: &Counters, len: usize) {
+    Counters::inc(&c.rcvd_pkts);
+    c.rcvd_bytes.fetch_add(len as u64, Ordering::Relaxed);
+}
+
+/// A packet for DestQP 0xFFFFFF: every UD QP attached to its destination GID on this device
+/// gets it (each QP's own checks then apply: state, P_Key, Q_Key, a receive WQE). A group
+/// nobody joined here is counted as a packet for no QP.
+fn multicast(
+    dev: &DevShared,
+    port: u8,
+    group: &[u8; 16],
+    decoded: Result<(Headers, &[u8]), DecodeError>,
+    pm: &PathMatch,
+    len: usize,
+) {
+    let c = &dev.counters;
+    let mut qpns = [0; MAX_QP_ATTACH];
+    let n = dev.mcast.members(group, &mut qpns);
+    let Ok((h, payload)) = decoded else {
+        Counters::inc(&c.rx_malformed);
+        return;
+    };
+    if n == 0 {
+        Counters::inc(&c.rx_no_qp);
+        return;
+    }
+    count_rcvd(c, len);
+    for &qpn in &qpns[..n] {
+        if let Some(qp) = dev.qp(qpn, port) {
+            qp.receive(&h, payload, pm);
+        }
     }
 }

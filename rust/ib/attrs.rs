@@ -93,6 +93,12 @@ pub struct DeviceAttr {
     pub atomic_cap: AtomicCap,
     /// Most address handles.
     pub max_ah: i32,
+    /// Most multicast groups.
+    pub max_mcast_grp: i32,
+    /// Most QPs attached to one multicast group.
+    pub max_mcast_qp_attach: i32,
+    /// Most QP attachments over all multicast groups.
+    pub max_total_mcast_qp_attach: i32,
     /// Most SRQs.
     pub max_srq: i32,
     /// Most work requests per SRQ.
@@ -147,6 +153,9 @@ impl DeviceAttr {
         a.max_qp_init_rd_atom = self.max_qp_init_rd_atom;
         a.atomic_cap = self.atomic_cap.to_raw();
         a.max_ah = self.max_ah;
+        a.max_mcast_grp = self.max_mcast_grp;
+        a.max_mcast_qp_attach = self.max_mcast_qp_attach;
+        a.max_total_mcast_qp_attach = self.max_total_mcast_qp_attach;
         a.max_srq = self.max_srq;
         a.max_srq_wr = self.max_srq_wr;
         a.max_srq_sge = self.max_srq_sge;

@@ -53,6 +53,11 @@ pub trait QpVerbs: PdVerbs + CqVerbs + SrqVerbs + IbDriver {
     fn post_send(qp: &Self::Qp, wrs: Option<&mut SendWrList<'_>>) -> Result;
     /// Posts kernel receive work requests.
     fn post_recv(qp: &Self::Qp, wrs: &mut RecvWrList<'_>) -> Result;
+    /// Attaches a UD QP to the multicast group `gid` (ib_core has checked that the GID is a
+    /// multicast one and the QP is UD). Process context.
+    fn attach_mcast(qp: &Self::Qp, gid: &[u8; 16]) -> Result;
+    /// Detaches a QP from the multicast group `gid`. Process context.
+    fn detach_mcast(qp: &Self::Qp, gid: &[u8; 16]) -> Result;
 }
 
 /// The `struct ib_qp` behind a QP, for completions (`ib_wc.qp`) and async events.
@@ -690,6 +695,8 @@ pub(crate) fn install<T: QpVerbs>(ops: &mut b::ib_device_ops) {
     ops.destroy_qp = Some(destroy_qp::<T>);
     ops.post_send = Some(post_send::<T>);
     ops.post_recv = Some(post_recv::<T>);
+    ops.attach_mcast = Some(attach_mcast::<T>);
+    ops.detach_mcast = Some(detach_mcast::<T>);
     ops.size_ib_qp = Obj::<b::ib_qp, T::Qp>::SIZE;
 }
 
@@ -867,4 +874,32 @@ unsafe extern "C" fn post_recv<T: QpVerbs>(
         T::post_recv(data, &mut list)?;
         Ok(0)
     })
+}
+
+/// # Safety
+///
+/// ib_core callback on a live QP of ours (process context); `gid` is valid.
+unsafe extern "C" fn attach_mcast<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> c_int {
+    // RoCE has no multicast LIDs: the GID alone names the group.
+    // SAFETY: the QP is live and `gid` valid per the callback contract; every bit pattern is a
+    // valid `raw`.
+    let (data, gid) = unsafe { (qp_data::<T>(ibqp), *(*gid).raw.as_ref()) };
+    from_result(|| T::attach_mcast(data, &gid).map(|()| 0))
+}
+
+/// # Safety
+///
+/// As [`attach_mcast`].
+unsafe extern "C" fn detach_mcast<T: QpVerbs>(
+    ibqp: *mut b::ib_qp,
+    gid: *mut b::ib_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: as in `attach_mcast`.
+    let (data, gid) = unsafe { (qp_data::<T>(ibqp), *(*gid).raw.as_ref()) };
+    from_result(|| T::detach_mcast(data, &gid).map(|()| 0))
 }

@@ -39,6 +39,16 @@ impl NetDev {
         unsafe { CStr::from_char_ptr(b::rvr_netdev_name(self.as_raw())) }
     }
 
+    /// Adds (`add`) or drops the Ethernet address of multicast GID `gid` (an IPv4-mapped or an
+    /// IPv6 multicast address) to or from the device's receive filter; the filter counts
+    /// references, so each add needs one drop. Process context (it may sleep).
+    pub fn mc_filter(&self, gid: &[u8; 16], add: bool) -> Result {
+        // SAFETY: the device is live (type invariant) and `gid` holds the 16 bytes the helper
+        // reads.
+        let r = unsafe { b::rvr_dev_mc_gid(self.as_raw(), gid.as_ptr(), add) };
+        kernel::error::to_result(r)
+    }
+
     /// The device MTU in bytes.
     pub fn mtu(&self) -> u32 {
         // SAFETY: by the type invariant the device is live.

@@ -263,6 +263,13 @@ where
         a
     }
 
+    /// Whether a packet for `dest_qp` is a multicast this QP takes: only UD QPs other than
+    /// QP1 may be attached to multicast groups (IBA 10.8.3.2); the shell hands a multicast
+    /// packet only to the QPs attached to its group.
+    fn takes_multicast(&self, dest_qp: u32) -> bool {
+        dest_qp == crate::wire::bth::MULTICAST_QPN && self.create.qp_type == QpType::Ud
+    }
+
     fn transport(&self) -> Transport {
         match self.create.qp_type {
             QpType::Uc => Transport::Uc,
@@ -604,7 +611,7 @@ where
         let info = h.info();
         let ok_hdr = h.is_consistent()
             && h.bth.tver == 0
-            && h.bth.dest_qp == self.create.qpn
+            && (h.bth.dest_qp == self.create.qpn || self.takes_multicast(h.bth.dest_qp))
             && info.transport == self.transport()
             && (info.has_payload || payload.is_empty());
         if !self.admit(

@@ -34,6 +34,7 @@ use crate::rvcore::qp_state::AttrMask;
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{
     prelude::*,
     sync::Arc,
@@ -112,6 +113,8 @@ pub struct QpShared {
     pub qpn: u32,
     /// The port of a GSI QP; 0 for the others.
     pub port: u8,
+    /// The port completions report (`ib_wc.port_num`): the QP's port once modify set one.
+    pub wc_port: AtomicU8,
     /// The QP's type.
     pub qp_type: IbQpType,
     /// The device's datapath state.
@@ -194,7 +197,11 @@ impl QpShared {
 
     /// The completion-queue handle of this QP (`ib_wc.qp`).
     pub(crate) fn wc_qp(&self) -> WcQp {
-        self.handle.wc_qp(self.port.max(1))
+        let port = match self.port {
+            0 => self.wc_port.load(Ordering::Relaxed),
+            gsi => gsi,
+        };
+        self.handle.wc_qp(port)
     }
 
     /// Handles one received packet.

@@ -14,6 +14,7 @@ use super::user_wqe;
 use super::{destroy, CoreQp, Entry, Pending, QpInner, QpShared, RvrQp};
 use super::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::driver::device::RvrDevice;
+use crate::driver::mcast::GroupChange;
 use crate::ib::{
     device::Device,
     pd::Pd,
@@ -30,6 +31,7 @@ use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot};
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
 impl QpShared {
@@ -224,6 +226,7 @@ impl QpVerbs for RvrDevice {
                 try_pin_init!(QpShared {
                     qpn,
                     port: gsi_port,
+                    wc_port: AtomicU8::new(gsi_port.max(1)),
                     qp_type: ib_type,
                     dev: for_qp,
                     handle,
@@ -285,13 +288,15 @@ impl QpVerbs for RvrDevice {
         let qp = &qp.0;
         let current = qp.inner.lock().core.query();
         let (a, mask) = modify_attr::to_core(m, &current)?;
-        if mask.contains(AttrMask::AV) {
-            if let Some(p) = m.path() {
-                let mtu = transmit::port_mtu(&qp.dev, u8::try_from(p.port_num).unwrap_or(1));
-                let mut g = qp.inner.lock();
+        // The path's port (an RC/UC address vector's, or a UD QP's port alone) sets the MTU.
+        let new_port = mask.intersects(AttrMask::AV.union(AttrMask::PORT));
+        if new_port {
+            let mtu = transmit::port_mtu(&qp.dev, a.path.port_num);
+            let mut g = qp.inner.lock();
+            if let Some(p) = m.path().filter(|_| mask.contains(AttrMask::AV)) {
                 g.paths.set_dmac(p.port_num, p.dmac);
-                g.core.set_port_mtu(mtu);
             }
+            g.core.set_port_mtu(mtu);
         }
         if let Some(p) = m.alt_path() {
             qp.inner.lock().paths.set_dmac(p.port_num, p.dmac);
@@ -303,6 +308,9 @@ impl QpVerbs for RvrDevice {
         }
         let mut res = Ok(());
         qp.drive(Entry::Modify(&a, mask, &mut res));
+        if res.is_ok() && new_port {
+            qp.wc_port.store(a.path.port_num, Ordering::Relaxed);
+        }
         res
     }
 
@@ -350,5 +358,29 @@ impl QpVerbs for RvrDevice {
 
     fn post_recv(qp: &RvrQp, wrs: &mut RecvWrList<'_>) -> Result {
         qp.0.post_kernel_recv(wrs)
+    }
+
+    fn attach_mcast(qp: &RvrQp, gid: &[u8; 16]) -> Result {
+        let q = &qp.0;
+        if q.qp_type != IbQpType::Ud {
+            return Err(EINVAL);
+        }
+        if q.dev.mcast.attach(gid, q.qpn)? == GroupChange::Changed {
+            if let Err(e) = q.dev.mc_filter(gid, true) {
+                let _ = q.dev.mcast.detach(gid, q.qpn);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn detach_mcast(qp: &RvrQp, gid: &[u8; 16]) -> Result {
+        let q = &qp.0;
+        if q.dev.mcast.detach(gid, q.qpn)? == GroupChange::Changed {
+            // The group is gone whatever the filter says; a filter entry too many only costs
+            // the NIC some frames the stack drops.
+            let _ = q.dev.mc_filter(gid, false);
+        }
+        Ok(())
     }
 }

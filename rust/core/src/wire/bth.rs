@@ -19,6 +19,10 @@ use crate::psn::Psn;
 /// Mask of the 24-bit queue pair number fields (BTH:DestQP, DETH:SrcQP).
 pub const QPN_MASK: u32 = 0x00FF_FFFF;
 
+/// BTH:DestQP of a multicast packet (IBA 10.8.3.2): the receiver delivers it to every UD QP
+/// attached to the packet's destination GID.
+pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
+
 /// Base Transport Header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bth {

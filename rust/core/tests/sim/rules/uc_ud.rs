@@ -303,3 +303,46 @@ fn gsi_sends_with_qp1_and_its_qkey_and_receives_the_ipv4_header() {
     assert_eq!(got[20..40], ip);
     assert_eq!(got[40..], mad[..]);
 }
+
+/// Multicast (IBA 10.8.3.2): a UD Send to DestQP 0xFFFFFF reaches a UD QP (the shell hands it
+/// only to the QPs attached to the packet's group), with the sender's QPN as the source QP;
+/// an RC QP and QP1 drop it.
+#[test]
+fn ud_multicast_reaches_ud_qps_only() {
+    use rvrdma_core::wire::bth::MULTICAST_QPN;
+    let mut d = ud_pair([0x1111, 0x2222]);
+    let data: Vec<u8> = (0..100u32).map(|x| (x * 5) as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post_recv(1, 1024).expect("recv");
+    let mut w = ud_send(1, 100, 0x2222);
+    w.ud.remote_qpn = MULTICAST_QPN;
+    d.post(0, w).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0.bth.dest_qp, MULTICAST_QPN);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!(
+        (c.status, c.byte_len, c.src_qp),
+        (WcStatus::Success, 140, 0x11)
+    );
+    let got = d.e[1]
+        .mem
+        .0
+        .borrow()
+        .read(DST, DST_VA + 40, 100)
+        .expect("r");
+    assert_eq!(got, data);
+
+    // The same packet offered to an RC QP: not a packet for it.
+    let mut rc = Duo::new(Opts {
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    rc.take(1);
+    rc.deliver(1, &p[0].0, &p[0].1, 1);
+    assert!(rc.e[1].out.recv_cqes.is_empty());
+    assert!(rc.take(1).is_empty(), "no NAK either");
+    assert_eq!(rc.state(1), QpState::Rts);
+}
