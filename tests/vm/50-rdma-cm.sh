@@ -54,29 +54,6 @@ no_mad_qp1_error() {
 	! grep -E "Couldn't create ib_mad QP1|Couldn't open port" <<<"$log"
 }
 
-# cm_pair SADDR: sets sns/cns, the netns of the server (which owns SADDR) and of the client.
-cm_pair() {
-	if ip -n "$NS_A" -br addr | grep -qF " $1/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
-}
-
-# cm_server CMD...: starts a CM server in $sns, its output in $srv_out, pid in $srv_pid, and
-# waits until an RDMA CM id listens.
-cm_server() {
-	srv_out=$(mktemp)
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$@" >"$srv_out" 2>&1 &
-	srv_pid=$!
-	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN"
-}
-
-# cm_server_done: waits for the server; fails (printing its output) unless it exited 0.
-cm_server_done() {
-	local rc=0
-	wait "$srv_pid" || rc=1
-	sed 's/^/server: /' "$srv_out"
-	rm -f "$srv_out"
-	return "$rc"
-}
-
 # rping_run SADDR SIZE COUNT: rping's server on SADDR, its client in the other netns, both
 # verbose and validating. Passes when both exit 0, nothing mismatched, and the client printed
 # COUNT pings.

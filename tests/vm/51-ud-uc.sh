@@ -3,7 +3,8 @@
 # over UD, UC and through the RDMA CM (-R), between rvr0 (netns rvA) and rvr1 (rvB), and against
 # rdma_rxe. These are smoke tests: they show that messages complete, not that their bytes
 # arrived (the stock tools do not compare data; the data checks of UD are the core's host tests
-# and, through the CM, 50-rdma-cm).
+# and, through the CM, 50-rdma-cm). perftest's report is checked: it comes only after every
+# message completed with a good status. 54-perftest-rxe runs perftest against rdma_rxe.
 . "$(dirname "$0")/lib.sh"
 
 main() {
@@ -20,12 +21,12 @@ main() {
 		pp_run ibv_uc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -s 4096 -n 100
 	check "smoke: ibv_uc_pingpong 64 KiB x 20 (64 packets a message) completes, server rvA" \
 		pp_run ibv_uc_pingpong "${DUT}0" 10.77.0.1 "${DUT}1" 10.77.0.2 -s 65536 -n 20
- 	check "smoke: ib_send_bw -c UD 1024 B x 500 completes, rvrdma <-> rvrdma" \
-		pf_run ib_send_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c UD -s 1024 -n 500
+	check "smoke: ib_send_bw -c UD 1024 B x 500 completes, rvrdma <-> rvrdma" \
+		pf_checked 1024 500 pf_run ib_send_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c UD -s 1024 -n 500
 	check "smoke: ib_write_bw -c UC 64 KiB x 200 completes, rvrdma <-> rvrdma" \
-		pf_run ib_write_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c UC -s 65536 -n 200
+		pf_checked 65536 200 pf_run ib_write_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c UC -s 65536 -n 200
 	check "smoke: ib_send_bw -R (connected through the RDMA CM) 64 KiB x 200 completes" \
-		pf_cm_run ib_send_bw "${DUT}1" 10.77.0.2 "${DUT}0" -s 65536 -n 200
+		pf_checked 65536 200 pf_cm_run ib_send_bw "${DUT}1" 10.77.0.2 "${DUT}0" -s 65536 -n 200
 
 	rdma link delete "${DUT}1" && link_add rxe1 veth1 rxe || fail_rest "rxe1: $LINK_OUT"
 	wait_for "$RVRDMA_WAIT" has_gid rxe1 10.77.0.2 || fail_rest "rxe1's GID did not appear"
@@ -34,25 +35,6 @@ main() {
 	check "smoke: ibv_uc_pingpong 4096 B x 100 completes, rvrdma server, rdma_rxe client" \
 		pp_run ibv_uc_pingpong "${DUT}0" 10.77.0.1 rxe1 10.77.0.2 -s 4096 -n 100
 	ktap_finished
-}
-
-# pf_cm_run PROG SDEV SADDR CDEV [ARGS...]: a perftest program connected through the RDMA CM
-# (-R): its server listens on SADDR's netns (an RDMA CM id, not a TCP socket), its client in the
-# other connects to SADDR. Passes when both exit 0.
-pf_cm_run() {
-	local prog=$1 sdev=$2 saddr=$3 cdev=$4 port sns cns spid rc=0 t=()
-	shift 4
-	[ -n "${RVRDMA_ACK_TIMEOUT:-}" ] && t=(-u "$RVRDMA_ACK_TIMEOUT")
-	port=$(pp_next_port) || return 1
-	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -R -p "$port" -F "${t[@]}" "$@" \
-		>/dev/null 2>&1 &
-	spid=$!
-	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN" || { kill "$spid"; return 1; }
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -R -p "$port" -F "${t[@]}" "$@" \
-		"$saddr" || rc=1
-	wait "$spid" || rc=1
-	return "$rc"
 }
 
 main "$@"

@@ -439,6 +439,75 @@ ex_run() {
 	return "$rc"
 }
 
+# pf_cm_run PROG SDEV SADDR CDEV [ARGS...]: a perftest program connected through the RDMA CM
+# (-R): its server listens on SADDR's netns (an RDMA CM id, not a TCP socket), its client in the
+# other connects to SADDR. Passes when both exit 0. The server's output goes to $PF_SERVER_OUT
+# (default: discarded), the client's to stdout.
+pf_cm_run() {
+	local prog=$1 sdev=$2 saddr=$3 cdev=$4 port sns cns spid rc=0 t=()
+	shift 4
+	[ -n "${RVRDMA_ACK_TIMEOUT:-}" ] && t=(-u "$RVRDMA_ACK_TIMEOUT")
+	port=$(pp_next_port) || return 1
+	cm_pair "$saddr"
+	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -R -p "$port" -F "${t[@]}" "$@" \
+		>"${PF_SERVER_OUT:-/dev/null}" 2>&1 &
+	spid=$!
+	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN" || { kill "$spid"; return 1; }
+	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -R -p "$port" -F "${t[@]}" "$@" \
+		"$saddr" || rc=1
+	wait "$spid" || rc=1
+	return "$rc"
+}
+
+# pf_checked SIZE ITERS RUNNER PROG ...: RUNNER (pf_run or pf_cm_run) with its output shown, and
+# perftest's report checked: a line for SIZE-byte messages and ITERS iterations from the client,
+# and for ib_send_bw from the server too (the receiver: it counts the messages it took). perftest
+# prints it only after ITERS completions, each of whose status it checks (a failed one ends the run
+# with an error). That is all it shows: perftest's bandwidth tests compare no data.
+pf_checked() {
+	local size=$1 iters=$2 out sout rc=0 who
+	shift 2
+	sout=$(mktemp)
+	out=$(PF_SERVER_OUT=$sout "$@" 2>&1) || rc=1
+	echo "$out"
+	sed 's/^/server: /' "$sout"
+	for who in client server; do
+		[ "$who" = server ] && [ "$2" != ib_send_bw ] && continue
+		[ "$who" = server ] && out=$(cat "$sout")
+		awk -v s="$size" -v n="$iters" '
+			/#bytes +#iterations/ { hdr = 1; next }
+			hdr && $1 == s && $2 == n && $4 ~ /^[0-9.]+$/ { ok = 1 }
+			END { exit !ok }' <<<"$out" || { echo "no $who report line for $size B x $iters"; rc=1; }
+	done
+	rm -f "$sout"
+	return "$rc"
+}
+
+# ---- RDMA CM programs ----------------------------------------------------------------------------
+
+# cm_pair SADDR: sets sns/cns, the netns of the server (which owns SADDR) and of the client.
+cm_pair() {
+	if ip -n "$NS_A" -br addr | grep -qF " $1/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
+}
+
+# cm_server CMD...: starts a CM server in $sns, its output in $srv_out, pid in $srv_pid, and
+# waits until an RDMA CM id listens.
+cm_server() {
+	srv_out=$(mktemp)
+	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$@" >"$srv_out" 2>&1 &
+	srv_pid=$!
+	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN"
+}
+
+# cm_server_done: waits for the server; fails (printing its output) unless it exited 0.
+cm_server_done() {
+	local rc=0
+	wait "$srv_pid" || rc=1
+	sed 's/^/server: /' "$srv_out"
+	rm -f "$srv_out"
+	return "$rc"
+}
+
 trap topo_cleanup EXIT
 
 # ---- data-checked traffic ----------------------------------------------------------------------
