@@ -6,7 +6,7 @@
 use super::device::RvrDevice;
 use crate::ib::{
     device::Device,
-    stats::{StatDesc, StatsVerbs},
+    stats::{PmaCounters, StatDesc, StatsVerbs},
 };
 use crate::rvcore::qp::QpCounters;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +50,7 @@ counters! {
     rcvd_pkts,
     /// Bytes transmitted (IP packets).
     sent_bytes,
-    /// Bytes received (UDP payload).
+    /// Bytes received (IP packets).
     rcvd_bytes,
     /// Duplicate requests received.
     duplicate_request,
@@ -206,5 +206,19 @@ impl StatsVerbs for RvrDevice {
     fn read_stats(dev: &Device<Self>, _port: u32, values: &mut [u64]) {
         // The counters are per device: every port shows the same values.
         dev.data().shared.counters.values(values);
+    }
+
+    fn pma_counters(dev: &Device<Self>, port: u32) -> Option<PmaCounters> {
+        if port == 0 || port > dev.data().nports() {
+            return None;
+        }
+        // Per device too, as `read_stats`; bytes are whole IP packets both ways, as rdma_rxe's.
+        let c = &dev.data().shared.counters;
+        Some(PmaCounters {
+            xmit_bytes: c.sent_bytes.load(Ordering::Relaxed),
+            rcv_bytes: c.rcvd_bytes.load(Ordering::Relaxed),
+            xmit_packets: c.sent_pkts.load(Ordering::Relaxed),
+            rcv_packets: c.rcvd_pkts.load(Ordering::Relaxed),
+        })
     }
 }

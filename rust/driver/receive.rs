@@ -11,6 +11,7 @@ use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
 use crate::net::roce::RoceRxError;
+use crate::net::roce::{RoceRxError, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
@@ -92,6 +93,10 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
         return;
     };
     count_rcvd(c, rx.udp_payload.len());
+    Counters::inc(&c.rcvd_pkts);
+    // The whole IP packet, as `sent_bytes` and rdma_rxe count.
+    let ip_len = rx.ip_header.len() + UDP_HLEN + rx.udp_payload.len();
+    c.rcvd_bytes.fetch_add(ip_len as u64, Ordering::Relaxed);
     match (decoded, raw) {
         (Ok((h, payload)), _) => qp.receive(&h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
