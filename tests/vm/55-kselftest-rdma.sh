@@ -27,7 +27,7 @@ main() {
 	[ -d "$KSFT_RDMA" ] ||
 		skip_all "no kernel rdma selftests at $KSFT_RDMA (the kernel tree scripts/build-kernel builds; KDIR=$KDIR)"
 	ktap_print_header
-	ktap_set_plan $((2 * ${#KSFT_TESTS[@]}))
+	ktap_set_plan $((2 * ${#KSFT_TESTS[@]} + 1))
 	topo_cleanup
 	stage || fail_rest "cannot stage the selftests in a temporary directory"
 	local out t
@@ -36,7 +36,30 @@ main() {
 		ksft_point rxe "$t"
 		ksft_point rvrdma "$t"
 	done
+	# rxe_sent_rcvd_bytes compares sent with received: here each PMA counter is matched with the
+	# counter it reports, after traffic between two devices.
+	dut_setup 1
+	pair_up
+	check "rvrdma's PMA port counters report its rdma statistic counters (after ibv_rc_pingpong)" \
+		pma_matches "${DUT}0"
 	ktap_finished
+}
+
+# pma_matches DEV: ibv_rc_pingpong between ${DUT}1 and DEV, then each of DEV's PMA counters
+# (ports/1/counters) is non-zero and equals the rdma statistic counter it reports (data in 4-byte
+# units).
+pma_matches() {
+	local dev=$1 f stat div pv sv rc=0
+	pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "$dev" 10.77.0.1 -s 4096 -n 20 >/dev/null || return 1
+	for f in port_xmit_data:sent_bytes:4 port_rcv_data:rcvd_bytes:4 port_xmit_packets:sent_pkts:1 \
+		port_rcv_packets:rcvd_pkts:1; do
+		IFS=: read -r f stat div <<<"$f"
+		pv=$(cat "/sys/class/infiniband/$dev/ports/1/counters/$f") || return 1
+		sv=$(link_stat "$dev" "$stat")
+		echo "$f $pv, $stat $sv"
+		[[ $sv =~ ^[0-9]+$ ]] && [ "$pv" -gt 0 ] && [ "$pv" -eq $((sv / div)) ] || rc=1
+	done
+	return "$rc"
 }
 
 # stage: $STAGE/rdma-rvrdma/ has the rvrdma copies (next to a link to kselftest/, which they
