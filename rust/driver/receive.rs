@@ -10,7 +10,6 @@
 use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
-use crate::net::roce::RoceRxError;
 use crate::net::roce::{RoceRxError, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
@@ -84,19 +83,17 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             return;
         }
     };
+    // Bytes count whole IP packets, as `sent_bytes` and rdma_rxe count them.
+    let ip_len = rx.ip_header.len() + UDP_HLEN + rx.udp_payload.len();
     if dest_qp == MULTICAST_QPN {
-        multicast(dev, port, &rx.dst_gid, decoded, &pm, rx.udp_payload.len());
+        multicast(dev, port, &rx.dst_gid, decoded, &pm, ip_len);
         return;
     }
     let Some(qp) = dev.qp(dest_qp, port) else {
         Counters::inc(&c.rx_no_qp);
         return;
     };
-    count_rcvd(c, rx.udp_payload.len());
-    Counters::inc(&c.rcvd_pkts);
-    // The whole IP packet, as `sent_bytes` and rdma_rxe count.
-    let ip_len = rx.ip_header.len() + UDP_HLEN + rx.udp_payload.len();
-    c.rcvd_bytes.fetch_add(ip_len as u64, Ordering::Relaxed);
+    count_rcvd(c, ip_len);
     match (decoded, raw) {
         (Ok((h, payload)), _) => qp.receive(&h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
