@@ -18,6 +18,22 @@ const ROUTES: usize = 8;
 /// Destinations a datagram QP waits to have looked up.
 const WANTED: usize = 4;
 
+/// Datagram destinations gathered where the QP's paths are borrowed (a kernel post), to ask
+/// for with [`QpPaths::want`] afterwards.
+#[derive(Default)]
+pub(crate) struct Wanted(pub(crate) [Option<PathInfo>; WANTED]);
+
+impl Wanted {
+    /// Adds `path` unless listed (when full, the first entry gives way, as in `want`).
+    pub(crate) fn add(&mut self, path: &PathInfo) {
+        if self.0.iter().flatten().any(|p| p == path) {
+            return;
+        }
+        let i = self.0.iter().position(|p| p.is_none()).unwrap_or(0);
+        self.0[i] = Some(*path);
+    }
+}
+
 /// What a QP keeps about its paths.
 #[derive(Default)]
 pub(crate) struct QpPaths {

@@ -6,7 +6,7 @@
 
 use super::modify_attr;
 use super::outputs::QpOut;
-use super::routes::QpPaths;
+use super::routes::{QpPaths, Wanted};
 use super::timers::QpTimers;
 use super::transmit::{self, TxStream};
 use super::user_rings::UserRings;
@@ -35,24 +35,31 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
 impl QpShared {
-    /// Posts kernel work requests with `post` under the QP lock (any context: the work item
-    /// transmits them later), then schedules the work item, also after an error.
+    /// Posts kernel work requests with `post` under the QP lock (any context), then schedules
+    /// the work item, also after an error. Packets the posting builds (a credit update on a
+    /// receive) wait in the QP's streams for the work item to send them: the caller may not
+    /// be able to transmit. `post` lists datagram destinations to look routes up for.
     fn post_kernel(
         self: &Arc<Self>,
-        post: impl FnOnce(&mut CoreQp, &mut QpPaths, &mut QpOut<'_>) -> Result,
+        post: impl FnOnce(&mut CoreQp, &mut QpOut<'_>, &mut Wanted) -> Result,
     ) -> Result {
+        let mut wanted = Wanted::default();
         let res = {
             let mut g = self.inner.lock();
             let inner = &mut *g;
             let mut out = QpOut::new(
                 self,
-                false,
+                true,
                 &mut inner.timers,
                 &mut inner.pending,
                 &[],
-                None,
+                Some(&inner.paths.routes),
             );
-            post(&mut inner.core, &mut inner.paths, &mut out)
+            let res = post(&mut inner.core, &mut out, &mut wanted);
+            for p in wanted.0.iter().flatten() {
+                inner.paths.want(p);
+            }
+            res
         };
         self.schedule();
         res
@@ -62,7 +69,7 @@ impl QpShared {
     fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
         let sig_all = self.sig_all;
         let datagram = matches!(self.qp_type, IbQpType::Ud | IbQpType::Gsi);
-        self.post_kernel(|core, paths, out| {
+        self.post_kernel(|core, out, wanted| {
             while let Some(mut wr) = wrs.next_wr()? {
                 if wr.opcode == SendOpcode::RegMr {
                     // Fast registration (kernel callers only): the MR, its new key and
@@ -80,7 +87,7 @@ impl QpShared {
                         return Err(EINVAL);
                     }
                     wr.ud.path = ah.path.to_info(0, 0);
-                    paths.want(&wr.ud.path);
+                    wanted.add(&wr.ud.path);
                 }
                 core.post_send(&wr, out).map_err(post_errno)?;
             }
@@ -90,7 +97,7 @@ impl QpShared {
 
     /// Posts kernel receive WRs (any context).
     fn post_kernel_recv(self: &Arc<Self>, wrs: &mut RecvWrList<'_>) -> Result {
-        self.post_kernel(|core, _, out| {
+        self.post_kernel(|core, out, _| {
             while let Some(wr) = wrs.next_wr()? {
                 core.post_recv(&wr, out).map_err(post_errno)?;
             }
