@@ -94,6 +94,9 @@ counters! {
     /// Packets dropped by a QP because their P_Key does not match the QP's (another
     /// partition, or two limited members).
     pkey_violations,
+    /// Datagrams dropped because their Q_Key does not match the QP's (also the ports'
+    /// `qkey_viol_cntr`).
+    qkey_violations,
     /// Packets dropped for a bad ICRC.
     icrc_errors,
     /// Malformed packets dropped.
@@ -188,6 +191,11 @@ impl Counters {
             &self.pkey_violations,
             now.pkey_violations,
             last.pkey_violations,
+        );
+        add(
+            &self.qkey_violations,
+            now.qkey_violations,
+            last.qkey_violations,
         );
         *last = *now;
     }

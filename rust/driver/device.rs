@@ -190,6 +190,14 @@ impl IbDriver for RvrDevice {
             port_cap_flags: PortAttr::CAP_CM_SUP | PortAttr::CAP_AUTO_MIGR_SUP,
             max_msg_sz: MAX_MSG_SIZE,
             pkey_tbl_len: 1,
+            // The counters are per device: every port shows the same count.
+            qkey_viol_cntr: dev
+                .data()
+                .shared
+                .counters
+                .qkey_violations
+                .load(Ordering::Relaxed)
+                .min(0xFFFF) as u32,
             max_vl_num: 1,
             speed: dev.eth_speed(port),
         })

@@ -302,6 +302,8 @@ pub struct PortAttr {
     pub max_msg_sz: u32,
     /// P_Key table entries.
     pub pkey_tbl_len: u16,
+    /// Q_Key violations (PortInfo:Q_KeyViolations, 16 bits wide, saturating).
+    pub qkey_viol_cntr: u32,
     /// Virtual lanes.
     pub max_vl_num: u8,
     /// Link speed and width, when known.
@@ -326,6 +328,7 @@ impl PortAttr {
         a.port_cap_flags = self.port_cap_flags;
         a.max_msg_sz = self.max_msg_sz;
         a.pkey_tbl_len = self.pkey_tbl_len;
+        a.qkey_viol_cntr = self.qkey_viol_cntr;
         a.max_vl_num = self.max_vl_num;
         if let Some(s) = self.speed {
             a.active_speed = s.speed;

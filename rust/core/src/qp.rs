@@ -137,6 +137,9 @@ pub struct QpCounters {
     pub dropped: u64,
     /// Inbound packets dropped because their BTH:P_Key does not match the QP's P_Key.
     pub pkey_violations: u64,
+    /// Datagrams dropped because their DETH:Q_Key is not the QP's Q_Key (PortInfo's
+    /// Q_KeyViolations).
+    pub qkey_violations: u64,
     /// Path migrations.
     pub migrations: u64,
     /// Migration requests dropped because they did not match the alternate path.
@@ -157,6 +160,7 @@ pub struct Qp<S, R> {
     attrs: QpAttrs,
     dropped: u64,
     pkey_violations: u64,
+    qkey_violations: u64,
     migrations: u64,
     mig_errors: u64,
     /// PATH_MIG_ERR was raised since the QP last armed or migrated (reported once, see
@@ -198,6 +202,7 @@ where
             attrs: QpAttrs::default(),
             dropped: 0,
             pkey_violations: 0,
+            qkey_violations: 0,
             migrations: 0,
             mig_errors: 0,
             mig_err_reported: false,
@@ -226,6 +231,7 @@ where
             rq: *self.rq.counters(),
             dropped: self.dropped,
             pkey_violations: self.pkey_violations,
+            qkey_violations: self.qkey_violations,
             migrations: self.migrations,
             mig_errors: self.mig_errors,
         }
@@ -626,6 +632,12 @@ where
         }
         let path = *self.apm.primary();
         if info.is_request {
+            // The RQ Logic drops such a datagram silently; the port counts it.
+            if self.create.qp_type.is_datagram()
+                && h.deth.is_some_and(|d| d.qkey != self.attrs.qkey)
+            {
+                self.qkey_violations = self.qkey_violations.wrapping_add(1);
+            }
             let ctx = self.rx_ctx(&path, arrived_on);
             let o = self.rq.on_request(h, payload, &ctx, mem, out);
             self.handle_rq(now, o, out);

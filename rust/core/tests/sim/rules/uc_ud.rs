@@ -186,7 +186,7 @@ fn ud_single_packet_send_with_deth_qkey_and_grh() {
 }
 
 #[test]
-fn ud_wrong_qkey_is_dropped_and_long_sends_refused() {
+fn ud_wrong_qkey_is_dropped_and_counted() {
     let mut d = ud_pair([0x1111, 0x2222]);
     d.post_recv(1, 1024).expect("recv");
     d.post(0, ud_send(1, 10, 0x3333)).expect("post");
@@ -196,16 +196,20 @@ fn ud_wrong_qkey_is_dropped_and_long_sends_refused() {
         d.e[1].out.recv_cqes.is_empty(),
         "Q_Key mismatch: silently dropped"
     );
-    assert_eq!(
-        d.post(0, ud_send(2, 2000, 0x2222)),
-        Err(PostError::InvalidWr),
-        "> MTU"
-    );
+    assert_eq!(d.e[1].qp.counters().qkey_violations, 1);
+    assert_eq!(d.e[1].qp.state(), QpState::Rts);
     // Top bit set: the QP's own Q_Key is used.
     d.post(0, ud_send(3, 10, 0x8000_0000)).expect("post");
     d.progress(0);
     let p = d.take(0);
     assert_eq!(p[0].0.deth.expect("DETH").qkey, 0x1111);
+    // The receive WQE is still there for a Send with the right Q_Key.
+    d.post(0, ud_send(4, 10, 0x2222)).expect("post");
+    d.progress(0);
+    d.flow(0);
+    assert_eq!(d.e[1].out.recv_cqes.len(), 1);
+    assert_eq!(d.e[1].out.recv_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].qp.counters().qkey_violations, 1);
 }
 
 /// GSI (QP1) is UD on the wire: a DETH with source QP 1 and the GSI Q_Key (0x80010000, the QP's
