@@ -559,13 +559,13 @@ where
             return Err(PostError::InvalidWr);
         }
         if self.create.qp_type.is_datagram() {
-            // UD: Send (with immediate) in a single packet, plus local operations.
+            // UD: Send (with immediate), plus local operations. A message longer than the MTU
+            // is accepted and never sent (C10-93.1.1, see the SQ Logic).
             let ok_op = matches!(
                 wr.opcode,
                 crate::wqe::SendOpcode::Send | crate::wqe::SendOpcode::SendWithImm
             ) || wr.opcode.is_local();
-            let fits = wr.sg.total_len().is_some_and(|l| l <= self.sq.config().mtu);
-            if !ok_op || !fits {
+            if !ok_op {
                 return Err(PostError::InvalidWr);
             }
         }

@@ -542,6 +542,22 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     break;
                 }
                 let op = slot.wr.opcode;
+                if ctx.transport == Transport::Ud && !op.is_local() && slot.len > self.cfg.mtu {
+                    // C10-93.1.1: a UD message longer than the port's MTU emits no packet and
+                    // generates no error (rdma_rxe does the same): it completes successfully.
+                    let c = self.send;
+                    self.send = c.wrapping_add(1);
+                    self.send_pkt = 0;
+                    if let Some(s) = self.slot_mut(c) {
+                        s.started = true;
+                        s.done = true;
+                        s.npsn = 0;
+                    }
+                    if self.retire(ctx.qpn, out) == SqOutcome::CqOverflow {
+                        return (sent, SqOutcome::CqOverflow);
+                    }
+                    continue;
+                }
                 if slot.wr.flags.has(SendFlags::FENCE) && self.rd_atomic_out > 0 {
                     break;
                 }

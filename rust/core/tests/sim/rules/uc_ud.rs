@@ -212,6 +212,30 @@ fn ud_wrong_qkey_is_dropped_and_counted() {
     assert_eq!(d.e[1].qp.counters().qkey_violations, 1);
 }
 
+/// C10-93.1.1: a UD message longer than the MTU emits no packet and no error; the Sends
+/// around it go out as usual, and completions keep their order.
+#[test]
+fn ud_send_longer_than_the_mtu_completes_without_a_packet() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    d.post(0, ud_send(1, 100, 0x2222)).expect("post");
+    d.post(0, ud_send(2, 1025, 0x2222)).expect("post: accepted");
+    d.post(0, ud_send(3, 1 << 20, 0x2222))
+        .expect("post: accepted");
+    d.post(0, ud_send(4, 1024, 0x2222)).expect("post");
+    d.progress(0);
+    let ids: Vec<_> = d.e[0].out.send_cqes.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    assert!(d.e[0]
+        .out
+        .send_cqes
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    let p = d.take(0);
+    let lens: Vec<_> = p.iter().map(|(_, b, _)| b.len()).collect();
+    assert_eq!(lens, [100, 1024], "no packet for the long ones");
+    assert_eq!(d.e[0].qp.state(), QpState::Rts);
+}
+
 /// GSI (QP1) is UD on the wire: a DETH with source QP 1 and the GSI Q_Key (0x80010000, the QP's
 /// own through the top bit of the WR's Q_Key, as ib_mad posts); its Reset -> Init takes no port
 /// (the port is the one it was created on). A receive gets the packet's network header in its
