@@ -526,6 +526,20 @@ traffic_check() {
 	result "$desc" "$rc" "$out"
 }
 
+# traffic_selftest KINDS DEV_A DEV_B [ARGS...]: traffic.py --inject KINDS (comma-separated) must
+# fail with exactly one FAIL line per injected fault, and no other.
+traffic_selftest() {
+	local kinds=$1 out rc n want
+	shift
+	want=$(tr ',' '\n' <<<"$kinds" | grep -c .)
+	out=$(timeout "${TRAFFIC_TIMEOUT:-240}" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" --inject "$kinds" 2>&1)
+	rc=$?
+	n=$(grep -c '^FAIL ' <<<"$out")
+	echo "$out"
+	echo "exit status $rc (want 1), $n FAIL lines (want $want)"
+	[ "$rc" -eq 1 ] && [ "$n" -eq "$want" ]
+}
+
 # traffic_counters DEV...: the non-zero port counters of each device and the packets each CPU's
 # backlog dropped, to tell a failed transfer's story.
 traffic_counters() {

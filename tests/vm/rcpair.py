@@ -1,5 +1,5 @@
-"""Shared by the pyverbs tests: a device side (context, PD, MR) and RC QPs connected to each
-other over the veth pair, with stock pyverbs only."""
+"""Shared by the pyverbs tests: a device side (context, PD, MR) and QPs over the veth pair, with
+stock pyverbs only: RC or UC QPs connected to each other, UD QPs brought to RTS."""
 import os
 import select
 import sys
@@ -77,27 +77,46 @@ class Dev:
 
 
 class Qp:
-    """An RC QP with its own CQ (send and receive), `depth` WRs deep on each queue, with up to
-    `send_sge` / `recv_sge` SGEs per WR."""
+    """A QP (RC unless `qp_type` says otherwise) with its own CQ (send and receive), `depth` WRs
+    deep on each queue, with up to `send_sge` / `recv_sge` SGEs per WR."""
 
-    def __init__(self, dev, cqe=64, srq=None, depth=16, send_sge=1, recv_sge=1):
+    def __init__(self, dev, cqe=64, srq=None, depth=16, send_sge=1, recv_sge=1,
+                 qp_type=e.IBV_QPT_RC):
         self.dev = dev
+        self.qp_type = qp_type
         self.cq = CQ(dev.ctx, cqe)
         cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=send_sge,
                     max_recv_sge=recv_sge)
-        kw = dict(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap)
+        kw = dict(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap)
         if srq is not None:
             kw["srq"] = srq
         self.qp = QP(dev.pd, QPInitAttr(**kw))
 
-    def to_init(self, access=ACCESS):
+    def to_init(self, access=ACCESS, qkey=None, pkey_index=0):
+        """Reset -> Init on port 1; a UD QP takes `qkey` instead of `access`."""
         a = QPAttr()
         a.qp_state = e.IBV_QPS_INIT
-        a.pkey_index = 0
+        a.pkey_index = pkey_index
         a.port_num = 1
-        a.qp_access_flags = access
-        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT |
-                       e.IBV_QP_ACCESS_FLAGS)
+        mask = e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT
+        if self.qp_type == e.IBV_QPT_UD:
+            a.qkey = qkey
+            mask |= e.IBV_QP_QKEY
+        else:
+            a.qp_access_flags = access
+            mask |= e.IBV_QP_ACCESS_FLAGS
+        self.qp.modify(a, mask)
+
+    def open_ud(self, qkey, pkey_index=0):
+        """A UD QP: Reset -> Init (Q_Key `qkey`) -> RTR -> RTS."""
+        self.to_init(qkey=qkey, pkey_index=pkey_index)
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_RTR
+        self.qp.modify(a, e.IBV_QP_STATE)
+        a = QPAttr()
+        a.qp_state = e.IBV_QPS_RTS
+        a.sq_psn = 0
+        self.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
 
     def to_rtr(self, peer, min_rnr_timer=12, extra=None, mtu=e.IBV_MTU_1024):
         """Init -> RTR on port 1 towards `peer` with path MTU `mtu` (an IBV_MTU_* value);
@@ -112,7 +131,10 @@ class Qp:
         gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=self.dev.gid_index)
         a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
         mask = (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN |
-                e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+                e.IBV_QP_RQ_PSN)
+        if self.qp_type != e.IBV_QPT_UC:
+            # UC has no RDMA Reads or RNR NAKs: ib_core refuses these attributes on it.
+            mask |= e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER
         self.qp.modify(a, mask | (extra(a) if extra else 0))
 
     def to_rts(self, timeout=None, retry_cnt=7, rnr_retry=7, extra=None):
@@ -125,8 +147,11 @@ class Qp:
         a.rnr_retry = rnr_retry
         a.sq_psn = 0
         a.max_rd_atomic = 4
-        mask = (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY |
-                e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+        mask = e.IBV_QP_STATE | e.IBV_QP_SQ_PSN
+        if self.qp_type != e.IBV_QPT_UC:
+            # UC: no acknowledgements, so no timeout, retries or Reads in flight.
+            mask |= (e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY |
+                     e.IBV_QP_MAX_QP_RD_ATOMIC)
         self.qp.modify(a, mask | (extra(a) if extra else 0))
 
     def connect(self, peer, mtu=e.IBV_MTU_1024, access=ACCESS, **rts):

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""traffic.py: RC traffic between two RDMA devices, with every byte and every completion checked.
+"""traffic.py: RC, UC or UD traffic between two RDMA devices, with every byte and every completion
+checked.
 
 One process opens both devices (they may sit in different network namespaces: RDMA devices are
-visible from every namespace in the default "shared" rdma netns mode), connects RC QP pairs
-between them and runs a shuffled mix of operations, several WRs in flight, in one direction or
-both. It checks:
+visible from every namespace in the default "shared" rdma netns mode), connects QP pairs between
+them (RC by default, --qp-type) and runs a shuffled mix of operations, several WRs in flight, in
+one direction or both. It checks:
 
   data        every byte an operation delivers: Send, Send with Immediate, Send with Invalidate,
               RDMA Write, RDMA Write with Immediate, RDMA Read, Fetch&Add, Compare&Swap;
@@ -23,11 +24,40 @@ both. It checks:
               second Write through it must fail with a remote error and leave memory unchanged
               (needs memory windows on the receiving device; run on a QP pair of its own).
 
+--qp-type uc: Send, Send with Immediate, RDMA Write and RDMA Write with Immediate (UC has no
+Reads, atomics or Send with Invalidate: asking for them is a usage error), checked as above. A
+plain RDMA Write has no completion at the responder: its target is checked until it holds the
+data, or --timeout passes.
+
+--qp-type ud: Send and Send with Immediate of at most the ports' active MTU (a UD message is one
+packet; sizes may name "mtu", which is that MTU here, and --mtu does not apply), from --qps UD
+QPs of the requester to --qps of the responder, each message from a random QP to a random QP
+through one address handle per side. Each receive buffer starts with the 40-byte GRH area. A
+receive completion is matched to the message it carries (by src_qp, byte_len, the immediate and
+the bytes; UD does not promise order between QPs) and must have IBV_WC_GRH, src_qp the sender's
+QPN, byte_len the payload + 40, pkey_index 0 (RoCE ports have one P_Key) and sl 0 (RoCE carries
+no SL on the wire); the GRH area must hold the IP header the message came with: for IPv4 GIDs
+its last 20 bytes are an IPv4 header (version 4, UDP, a valid checksum, the total length of this
+packet, the sender's and receiver's addresses; its first 20 bytes are not defined), for IPv6 the
+IPv6 header (UDP, payload length, both GIDs). Receive WRs must complete in posting order on each
+QP (without --srq).
+
+Loss (UC, UD): these transports do not retransmit, so a message lost on the wire is a receive
+completion that never comes (or a Write that never lands; on UC, a receive WR that gets the
+next message instead). The tool treats every loss as a failure: on a clean link nothing may be
+lost. It waits --timeout seconds without any completion before it calls a message lost, names
+it, and stops. Nor do they have flow control: a UC or UD message counts against --window until
+its receive completion comes (or its Write landed), so window x largest size bounds what is in
+flight; more than the receiving CPU's backlog holds (net.core.netdev_max_backlog, 1000 packets
+by default, when the peer lags) is dropped by the host, not by the link.
+
 usage: traffic.py DEV_A DEV_B [options]      (--help lists the options)
 
   traffic.py rvr0 rvr1 --gid-a 10.77.0.1 --gid-b 10.77.0.2
   traffic.py rvr0 rxe1 --ops write,read,cmp_swap --sizes 1,mtu-1,mtu,mtu+1,1M --mtu 4096
   traffic.py rvr0 rvr1 --srq --qps 4 --seed 1234       (replays the run of seed 1234)
+  traffic.py rvr0 rxe1 --qp-type ud --qps 4 --sizes 1,63,mtu-1,mtu
+  traffic.py rvr0 rvr1 --qp-type uc --sizes 1,mtu,3*mtu+7,1M
 
 Sizes may be written as bytes (4096, 64K, 1M) or relative to the path MTU (mtu, mtu-1, 3*mtu+7).
 The seed is printed first; --seed replays the same operations and data, at the same offsets
@@ -47,6 +77,7 @@ import sys
 import time
 
 import pyverbs.enums as e
+from pyverbs.addr import AH, AHAttr, GlobalRoute
 from pyverbs.device import Context
 from pyverbs.mr import MW, MWBindInfo
 from pyverbs.pd import PD
@@ -61,6 +92,15 @@ OPS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "fetch_add"
 SEND_OPS = ("send", "send_imm", "send_inv")
 ATOMIC_OPS = ("fetch_add", "cmp_swap")
 RECV_OPS = SEND_OPS + ("write_imm",)
+# What each transport has (IBA 9.7: UC has no Reads, atomics or Send with Invalidate; UD only
+# Sends).
+QP_OPS = {
+    "rc": OPS,
+    "uc": ("send", "send_imm", "write", "write_imm"),
+    "ud": ("send", "send_imm"),
+}
+QP_TYPES = {"rc": e.IBV_QPT_RC, "uc": e.IBV_QPT_UC, "ud": e.IBV_QPT_UD}
+GRH_LEN = 40  # the GRH area in front of every UD receive buffer
 WR_OPCODE = {
     "send": e.IBV_WR_SEND,
     "send_imm": e.IBV_WR_SEND_WITH_IMM,
@@ -104,6 +144,7 @@ GAP_MAX = 64  # largest gap between two SGE pieces
 SLACK_MAX = 64  # largest unused tail of a receive buffer
 MAX_FAIL_LINES = 40
 DEFAULT_SIZES = "1,2,63,mtu-1,mtu,mtu+1,2*mtu,3*mtu+7,65536,1M"
+DEFAULT_SIZES_UD = "1,2,63,mtu-1,mtu"
 INJECT_KINDS = ("data", "canary", "byte_len", "imm", "old")
 COMPLEMENT = bytes(255 - i for i in range(256))
 MASK64 = (1 << 64) - 1
@@ -244,6 +285,8 @@ class Side:
         self.busy = {}
         self.next_key = 0
         self.shadow = None
+        self.gid = ipaddress.IPv6Address(str(self.ctx.query_gid(1, self.dev.gid_index)))
+        self.ah = None  # UD: the address handle of the peer
 
     def fill(self, rng):
         """Random bytes all over the MR (a prime-length random block repeated: random enough
@@ -307,6 +350,24 @@ class Region:
             pos += k
         return out
 
+    def gather(self, n):
+        """The first `n` bytes the pieces hold now (read from the MR)."""
+        out = bytearray()
+        for off, k in self.pieces:
+            k = min(k, n - len(out))
+            if k <= 0:
+                break
+            out += self.side.mr.read(k, off)
+        return bytes(out)
+
+    def offset_of(self, i):
+        """The MR offset of byte `i` of the pieces."""
+        for off, k in self.pieces:
+            if i < k:
+                return off + i
+            i -= k
+        return self.pieces[-1][0] + self.pieces[-1][1] - 1
+
     def where(self, i, msg_len):
         """What byte `i` of the range is, in words."""
         rel = self.start + i
@@ -354,6 +415,8 @@ class Op:
         self.inv_rkey = None
         self.expect_refusal = False
         self.waiting = 0  # completions still to come
+        self.sent = False  # the send completion came
+        self.deadline = None  # UC Write: when to stop waiting for its data to land
         self.note = ""
 
     def describe(self):
@@ -388,6 +451,10 @@ class Traffic:
         self.max_inflight = 0
         self.inject = set(args.inject)
         self.opno = 0
+        self.ud = args.qp_type == "ud"
+        self.qkey = None
+        self.ud_posted = collections.defaultdict(collections.deque)  # (tag, qpn) -> RecvBufs
+        self.landing = []  # UC RDMA Writes whose target is not yet seen to hold the data
 
     # ---- reporting ----
 
@@ -420,38 +487,72 @@ class Traffic:
                                                 if v == s.active_mtu][0]))
         for s in (self.a, self.b):
             s.fill(self.rng)
-            gid = s.ctx.query_gid(1, s.dev.gid_index)
             self.info("%s: %s GID %d (%s) max_sge %d (read %d, recv %d) atomics %s" %
-                      (s.tag.upper(), s.name, s.dev.gid_index, gid, s.max_sge, s.max_sge_rd,
+                      (s.tag.upper(), s.name, s.dev.gid_index, s.gid, s.max_sge, s.max_sge_rd,
                        s.max_recv_sge, "yes" if s.atomics else "no"))
-        for _ in range(self.args.qps):
-            self.pairs.append(self.new_pair())
+        if self.ud:
+            self.setup_ud()
+        else:
+            for _ in range(self.args.qps):
+                self.pairs.append(self.new_pair())
         sges = max(s.max_sge for s in (self.a, self.b))
         # The random bytes every buffer's contents are cut from.
         self.pool = self.rng.randbytes(max(1 << 20, 2 * (self.big + 2 * GUARD + sges * GAP_MAX)))
 
-    def new_pair(self):
-        """Two QPs, one on each side, connected to each other."""
+    def new_qp(self, s):
         w = self.args.window
+        q = Qp(s.dev, cqe=4 * w + 16, srq=s.srq, depth=w + 4, send_sge=s.max_sge,
+               recv_sge=s.max_recv_sge, qp_type=QP_TYPES[self.args.qp_type])
+        q.tag = s.tag
+        return q
+
+    def new_pair(self):
+        """Two QPs, one on each side, connected to each other (RC or UC)."""
+        access = ACCESS if self.args.qp_type == "rc" else \
+            e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
         for attempt in range(1, 4):
-            qs = [Qp(s.dev, cqe=4 * w + 16, srq=s.srq, depth=w + 4, send_sge=s.max_sge,
-                     recv_sge=s.max_recv_sge) for s in (self.a, self.b)]
+            qs = [self.new_qp(s) for s in (self.a, self.b)]
             qa, qb = qs
-            qa.tag, qb.tag = "a", "b"
             try:
-                qa.connect(qb, mtu=MTUS[self.args.mtu], access=ACCESS)
-                qb.connect(qa, mtu=MTUS[self.args.mtu], access=ACCESS)
+                qa.connect(qb, mtu=MTUS[self.args.mtu], access=access)
+                qb.connect(qa, mtu=MTUS[self.args.mtu], access=access)
                 break
             except PyverbsError as ex:
-                # RTR resolves the peer's MAC address: on a lossy link the ARP or neighbour
-                # solicitation may go unanswered (ETIMEDOUT). Try again with new QPs.
                 for q in qs:
                     q.close()
-                if "Errno: 110" not in str(ex) or attempt == 3:
-                    raise
-                self.info("connecting a QP pair: %s; trying again" % str(ex).strip())
+                self.retry_arp(ex, attempt, "connecting a QP pair")
         self.qps += qs
         return {"a": qa, "b": qb}
+
+    def retry_arp(self, ex, attempt, what):
+        """Modify QP to RTR and Create AH resolve the peer's MAC address: on a lossy link the
+        ARP or neighbour solicitation may go unanswered (ETIMEDOUT). Returns to try again."""
+        if "Errno: 110" not in str(ex) or attempt == 3:
+            raise ex
+        self.info("%s: %s; trying again" % (what, str(ex).strip()))
+
+    def setup_ud(self):
+        """--qps UD QPs on each side, one Q_Key for all, an address handle of the peer on each
+        side; every (A QP, B QP) combination is a "pair" an operation may pick."""
+        self.qkey = self.rng.getrandbits(31)  # the top bit would mean "the QP's own Q_Key"
+        for s, peer in ((self.a, self.b), (self.b, self.a)):
+            gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=s.dev.gid_index, hop_limit=64)
+            for attempt in range(1, 4):
+                try:
+                    s.ah = AH(s.pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
+                    break
+                except PyverbsError as ex:
+                    self.retry_arp(ex, attempt, "creating %s's address handle" % s.name)
+        qs = {}
+        for s in (self.a, self.b):
+            qs[s.tag] = [self.new_qp(s) for _ in range(self.args.qps)]
+            for q in qs[s.tag]:
+                q.open_ud(self.qkey)
+            self.qps += qs[s.tag]
+        self.pairs = [{"a": qa, "b": qb} for qa in qs["a"] for qb in qs["b"]]
+        self.info("UD: Q_Key 0x%08x, QPNs A %s, B %s" % (
+            self.qkey, ",".join(str(q.qp.qp_num) for q in qs["a"]),
+            ",".join(str(q.qp.qp_num) for q in qs["b"])))
 
     def close_pair(self, pair):
         for q in pair.values():
@@ -539,7 +640,10 @@ class Traffic:
     def post_recv(self, op):
         """A receive WR on the responder's RQ (or SRQ) for `op`; False when the MR is full."""
         resp, rng = op.resp, op.rng
-        if self.args.srq:
+        if self.ud:
+            # Any message of the flow may land in it: room for the largest, behind the GRH.
+            cap, fill = GRH_LEN + self.srq_cap, None
+        elif self.args.srq:
             cap, fill = self.srq_cap, None
         elif op.kind == "write_imm":
             cap, fill = rng.randint(1, SLACK_MAX), None
@@ -551,10 +655,12 @@ class Traffic:
         if r is None:
             return False
         op.regions.pop()  # the buffer belongs to whichever message lands in it
-        rb = RecvBuf(None, r, None if self.args.srq else op)
+        rb = RecvBuf(None, r, None if self.args.srq or self.ud else op)
         rb.wr_id = self.wr_id("recv", rb)
         wr = RecvWR(wr_id=rb.wr_id, num_sge=len(r.pieces), sg=r.sges())
         (resp.srq or op.qresp.qp).post_recv(wr)
+        if self.ud and resp.srq is None:
+            self.ud_posted[(resp.tag, op.qresp.qp.qp_num)].append(rb)
         op.posted_recv = rb
         return True
 
@@ -625,6 +731,8 @@ class Traffic:
         if target is not None:
             wr.set_wr_rdma(rkey if rkey is not None else resp.mr.rkey,
                            resp.mr.buf + target.pieces[0][0])
+        if self.ud:
+            wr.set_wr_ud(req.ah, op.qresp.qp.qp_num, self.qkey)
         return wr
 
     def post(self, op, **kw):
@@ -699,6 +807,7 @@ class Traffic:
             self.fatal = True
             self.step(op)
             return
+        op.sent = True
         if wc.opcode != WC_OPCODE[op.kind]:
             self.fail(op, "send completion opcode %d, want %d" % (wc.opcode, WC_OPCODE[op.kind]))
         want_len = 8 if op.kind in ATOMIC_OPS else op.size if op.kind == "read" else None
@@ -708,6 +817,9 @@ class Traffic:
         self.step(op)
 
     def on_recv_wc(self, rb, q, wc):
+        if self.ud:
+            self.on_ud_recv_wc(rb, q, wc)
+            return
         side = rb.region.side
         order = self.rq_order[(side.tag, wc.qp_num)]
         if not order:
@@ -715,6 +827,8 @@ class Traffic:
                       "message outstanding on that QP" %
                       (side.label(), wc.wr_id, wc.qp_num, status_name(wc.status)))
             del side.busy[rb.region.key]
+            return
+        if self.args.qp_type == "uc" and self.uc_lost(order, wc):
             return
         op = order.popleft()
         if rb.op is not None and rb.op is not op:
@@ -768,6 +882,151 @@ class Traffic:
                       (op.size, r.capacity))
         self.step(op)
 
+    @staticmethod
+    def carries(op, wc):
+        """Whether receive completion `wc` may be `op`'s: opcode, length and immediate."""
+        imm = wc.imm_data if wc.wc_flags & e.IBV_WC_WITH_IMM else None
+        want_op = e.IBV_WC_RECV_RDMA_WITH_IMM if op.kind == "write_imm" else e.IBV_WC_RECV
+        return wc.opcode == want_op and wc.byte_len == op.size and imm == op.imm
+
+    def uc_lost(self, order, wc):
+        """UC: when a message is lost its receive WR takes the next message. A successful
+        completion that is not the oldest message's but a later one's says so: the ones before
+        it were lost (reported, and the run stops)."""
+        if wc.status != e.IBV_WC_SUCCESS or self.carries(order[0], wc):
+            return False
+        later = next((i for i, o in enumerate(order) if i and self.carries(o, wc)), None)
+        if later is None:
+            return False
+        lost = [order[i] for i in range(later)]
+        for op in lost:
+            self.fail(op, "lost: UC dropped it (its receive WR got a later message, op#%d's: "
+                      "UC drops a message when one of its packets is lost)" % order[later].n)
+        self.fatal = True
+        return True
+
+    def on_ud_recv_wc(self, rb, q, wc):
+        """A UD receive: the message it carries is found among those in flight to this QP
+        (UD does not order messages from different QPs), then checked as any receive, plus
+        src_qp, pkey_index, sl, IBV_WC_GRH and the GRH area."""
+        side = rb.region.side
+        if wc.qp_num != q.qp.qp_num:
+            self.fail(None, "%s: receive completion qp_num %d on the CQ of QP %d" %
+                      (side.label(), wc.qp_num, q.qp.qp_num))
+        posted = self.ud_posted.get((side.tag, q.qp.qp_num))
+        if posted is not None:
+            if posted and posted[0] is rb:
+                posted.popleft()
+            else:
+                self.fail(None, "%s: QP %d completed receive wr_id %d, want wr_id %s: receive "
+                          "WRs consumed out of order" % (side.label(), q.qp.qp_num, wc.wr_id,
+                                                         posted[0].wr_id if posted else "none"))
+                if rb in posted:
+                    posted.remove(rb)
+        order = self.rq_order[(side.tag, q.qp.qp_num)]
+        if wc.status != e.IBV_WC_SUCCESS:
+            op = order.popleft() if order else None
+            if not (self.fatal and wc.status == e.IBV_WC_WR_FLUSH_ERR):
+                self.fail(op, "%s: receive completion status %s (vendor_err 0x%x)" %
+                          (side.label(), status_name(wc.status), wc.vendor_err))
+            self.fatal = True
+            if op is None:
+                del side.busy[rb.region.key]
+            else:
+                op.recv = rb
+                self.step(op)
+            return
+        imm = wc.imm_data if wc.wc_flags & e.IBV_WC_WITH_IMM else None
+        # The message: from the QP src_qp names, best the one whose bytes are in the buffer
+        # and whose size and immediate the completion gives, else the oldest.
+        cands = [o for o in order if o.qreq.qp.qp_num == wc.src_qp]
+        r = rb.region
+
+        def score(o):
+            n = min(o.size, r.capacity - GRH_LEN)
+            return (r.gather(GRH_LEN + n)[GRH_LEN:] == o.data, o.imm == imm,
+                    o.size + GRH_LEN == wc.byte_len)
+        op = max(cands, key=score) if cands else None  # max keeps the first of equals
+        if op is None:
+            self.fail(None, "%s: receive completion (wr_id %d, QP %d, src_qp %d, byte_len %d, "
+                      "imm %s, wc_flags 0x%x): src_qp is no QP with a message in flight to it "
+                      "(%d in flight)" % (side.label(), wc.wr_id, q.qp.qp_num, wc.src_qp,
+                                          wc.byte_len, "none" if imm is None else "0x%08x" % imm,
+                                          wc.wc_flags, len(order)))
+            del side.busy[r.key]
+            self.fatal = True
+            return
+        order.remove(op)
+        op.recv = rb
+        byte_len = wc.byte_len
+        if "byte_len" in self.inject:
+            self.inject.discard("byte_len")
+            self.info("injecting a wrong byte_len into op#%d's receive completion" % op.n)
+            byte_len += 1
+        if byte_len != op.size + GRH_LEN:
+            self.fail(op, "receive completion byte_len %d, want %d (payload + 40)" %
+                      (byte_len, op.size + GRH_LEN))
+        if op.imm is not None and "imm" in self.inject:
+            self.inject.discard("imm")
+            self.info("injecting a wrong immediate into op#%d's receive completion" % op.n)
+            imm ^= 0x80
+        if imm != op.imm:
+            self.fail(op, "receive completion immediate %s, want %s" %
+                      ("none" if imm is None else "0x%08x" % imm,
+                       "none" if op.imm is None else "0x%08x" % op.imm))
+        if wc.opcode != e.IBV_WC_RECV:
+            self.fail(op, "receive completion opcode %d, want %d" % (wc.opcode, e.IBV_WC_RECV))
+        if not wc.wc_flags & e.IBV_WC_GRH:
+            self.fail(op, "receive completion wc_flags 0x%x: no IBV_WC_GRH" % wc.wc_flags)
+        if wc.wc_flags & e.IBV_WC_WITH_INV:
+            self.fail(op, "receive completion wc_flags 0x%x: WITH_INV set" % wc.wc_flags)
+        if wc.pkey_index != 0 or wc.sl != 0:
+            self.fail(op, "receive completion pkey_index %d sl %d, want 0 and 0" %
+                      (wc.pkey_index, wc.sl))
+        grh = r.gather(GRH_LEN)
+        self.check_grh(op, grh)
+        r.want = r.overlay(grh + op.data)
+        self.step(op)
+
+    def check_grh(self, op, grh):
+        """The GRH area of a UD receive: the network header of the packet (RoCEv2, Annex 17)."""
+        src, dst = op.req.gid, op.resp.gid
+        # RoCEv2 after the IP header: UDP 8, BTH 12, DETH 8, ImmDt 4, payload, pad, ICRC 4.
+        ib_len = 8 + 12 + 8 + (4 if op.imm is not None else 0) + op.size + (-op.size % 4) + 4
+        bad = []
+        if src.ipv4_mapped is not None:
+            ip = grh[20:]
+            if ip[0] != 0x45:
+                bad.append("version/IHL 0x%02x, want 0x45" % ip[0])
+            if ip[9] != 17:
+                bad.append("protocol %d, want 17 (UDP)" % ip[9])
+            if int.from_bytes(ip[2:4], "big") != 20 + ib_len:
+                bad.append("total length %d, want %d" % (int.from_bytes(ip[2:4], "big"),
+                                                         20 + ib_len))
+            csum = sum(int.from_bytes(ip[i:i + 2], "big") for i in range(0, 20, 2))
+            while csum > 0xFFFF:
+                csum = (csum & 0xFFFF) + (csum >> 16)
+            if csum != 0xFFFF:
+                bad.append("header checksum does not add up")
+            for what, got, want in (("source", ip[12:16], src.ipv4_mapped),
+                                    ("destination", ip[16:20], dst.ipv4_mapped)):
+                if got != want.packed:
+                    bad.append("%s %s, want %s" % (what, ipaddress.IPv4Address(got), want))
+        else:
+            if grh[0] >> 4 != 6:
+                bad.append("IP version %d, want 6" % (grh[0] >> 4))
+            if grh[6] != 17:
+                bad.append("next header %d, want 17 (UDP)" % grh[6])
+            if int.from_bytes(grh[4:6], "big") != ib_len:
+                bad.append("payload length %d, want %d" % (int.from_bytes(grh[4:6], "big"),
+                                                           ib_len))
+            for what, got, want in (("source", grh[8:24], src), ("destination", grh[24:40],
+                                                                   dst)):
+                if got != want.packed:
+                    bad.append("%s %s, want %s" % (what, ipaddress.IPv6Address(got), want))
+        if bad:
+            self.fail(op, "GRH area (%s): %s" % (grh.hex(), "; ".join(bad)))
+
     def step(self, op):
         op.waiting -= 1
         if op.waiting > 0:
@@ -779,6 +1038,13 @@ class Traffic:
 
     def finish(self, op):
         """Both completions are in: every buffer of the operation must hold what it should."""
+        if self.args.qp_type == "uc" and op.kind == "write" and op.deadline is None:
+            # No completion at the responder says when a UC Write landed: wait until its
+            # target holds the data (or --timeout passes; `land` finishes it).
+            op.deadline = time.monotonic() + self.args.timeout
+            if not self.landed(op):
+                self.landing.append(op)
+                return
         self.counts["refused" if op.expect_refusal else op.kind] += 1
         if not op.expect_refusal:
             self.moved += op.size
@@ -801,6 +1067,26 @@ class Traffic:
             self.verify(op, r, what, op.size)
         self.release(op)
 
+    def landed(self, op):
+        """Whether every target of `op` holds what it must."""
+        return all(r.side.mr.read(r.size, r.start) == r.want
+                   for r, _ in op.regions if r.role == "target")
+
+    def land(self):
+        """Finishes the UC Writes that landed, or whose time is up (they then fail)."""
+        now = time.monotonic()
+        if self.fatal:
+            self.landing = []
+            return False
+        for op in list(self.landing):
+            if self.landed(op) or now > op.deadline:
+                self.landing.remove(op)
+                if now > op.deadline:
+                    op.note = "its target did not get the data in %.0f s (lost?)" % \
+                        self.args.timeout
+                self.finish(op)
+        return bool(self.landing)
+
     def injected(self, op, regions):
         """--inject: corrupts what the checks are about to read, to show they catch it."""
         for r in regions:
@@ -808,7 +1094,8 @@ class Traffic:
             if "old" in self.inject and r.role == "result":
                 kind, off = "old", r.pieces[0][0]
             elif "data" in self.inject and dst and r.role != "result":
-                kind, off = "data", r.pieces[0][0]
+                # A UD receive buffer's message starts behind the GRH area.
+                kind, off = "data", r.offset_of(GRH_LEN if self.ud else 0)
             elif "canary" in self.inject and dst:
                 kind, off = "canary", r.start
             else:
@@ -826,10 +1113,13 @@ class Traffic:
         todo = collections.deque(todo)
         last = time.monotonic()
         idle = 0
-        while (todo and not self.fatal) or self.outstanding:
-            while todo and not self.fatal and len(self.outstanding) < self.args.window:
+        while (todo and not self.fatal) or self.outstanding or self.landing:
+            if self.landing:
+                self.land()
+            while todo and not self.fatal and \
+                    len(self.outstanding) + len(self.landing) < self.args.window:
                 if not self.post(todo[0]):
-                    if not self.outstanding:
+                    if not self.outstanding and not self.landing:
                         raise SetupError("op#%d does not fit the MRs (--mr-size)" % todo[0].n)
                     break
                 todo.popleft()
@@ -837,13 +1127,23 @@ class Traffic:
                 last = time.monotonic()
                 idle = 0
                 continue
+            if not self.outstanding and not (todo and not self.fatal):
+                # Only UC Writes waiting to land (`land` ends each by its deadline).
+                time.sleep(0.001)
+                continue
             quiet = time.monotonic() - last
             limit = 2.0 if self.fatal else self.args.timeout
             if quiet > limit:
                 if not self.fatal:
                     for op in sorted(self.outstanding, key=lambda o: o.n)[:5]:
-                        self.fail(op, "no completion for %.0f s (%d operations outstanding)" %
-                                  (quiet, len(self.outstanding)))
+                        if op.sent and self.args.qp_type != "rc":
+                            self.fail(op, "lost: the send completed, no receive completion "
+                                      "came in %.0f s (%s does not retransmit; on a clean "
+                                      "link nothing may be lost)" %
+                                      (quiet, self.args.qp_type.upper()))
+                        else:
+                            self.fail(op, "no completion for %.0f s (%d operations "
+                                      "outstanding)" % (quiet, len(self.outstanding)))
                     self.fatal = True
                 break
             idle += 1
@@ -964,11 +1264,13 @@ class Traffic:
         self.srq_cap = (max(recv_sizes) if recv_sizes else 1) + SLACK_MAX
         self.big = max([s for _, s, _ in main + inv] + [self.srq_cap])
         self.setup(devs, gids, ops, dirs)
-        self.info("path MTU %d, ops %s, sizes %s, dir %s, window %d, %d QP pair%s%s, "
+        self.info("%s, %s MTU %d, ops %s, sizes %s, dir %s, window %d, %d %s%s, "
                   "MR %d MiB, %d operations" %
-                  (self.args.mtu, ",".join(ops), ",".join(str(s) for s in sizes),
+                  (self.args.qp_type.upper(), "port" if self.ud else "path", self.args.mtu,
+                   ",".join(ops), ",".join(str(s) for s in sizes),
                    "+".join(dirs), self.args.window, self.args.qps,
-                   "" if self.args.qps == 1 else "s", ", receives on an SRQ" if self.args.srq
+                   "QPs a side" if self.ud else "QP pair" if self.args.qps == 1 else
+                   "QP pairs", ", receives on an SRQ" if self.args.srq
                    else "", self.args.mr_size >> 20, len(main) + len(inv)))
         t0 = time.monotonic()
         self.drive([self.new_op(k, s, d) for k, s, d in main])
@@ -1006,28 +1308,33 @@ class Traffic:
 def main():
     p = argparse.ArgumentParser(
         prog="traffic.py", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="RC traffic between two RDMA devices with every byte, canary and "
-        "completion checked.", epilog=__doc__.split("\n\n", 1)[1])
+        description="RC, UC or UD traffic between two RDMA devices with every byte, canary "
+        "and completion checked.", epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("dev_a", metavar="DEV_A", help="first device (side A)")
     p.add_argument("dev_b", metavar="DEV_B", help="second device (side B)")
     p.add_argument("--gid-a", metavar="IDX|ADDR", help="A's port-1 GID: an index, or an IP "
                    "address whose RoCE v2 GID to use (default: the first IPv4 RoCE v2 GID)")
     p.add_argument("--gid-b", metavar="IDX|ADDR", help="the same for B")
+    p.add_argument("--qp-type", default="rc", choices=sorted(QP_TYPES),
+                   help="the transport (default rc)")
     p.add_argument("--ops", default="auto",
-                   help="comma-separated from %s; 'all'; or 'auto' (default): every op the "
-                   "responders support" % ",".join(OPS))
-    p.add_argument("--sizes", default=DEFAULT_SIZES,
-                   help="message sizes, comma-separated (default %(default)s); atomics are "
-                   "always 8 bytes")
+                   help="comma-separated from %s (UC: %s; UD: %s); 'all'; or 'auto' (default): "
+                   "every op the transport has and the responders support" %
+                   (",".join(OPS), ",".join(QP_OPS["uc"]), ",".join(QP_OPS["ud"])))
+    p.add_argument("--sizes",
+                   help="message sizes, comma-separated (default %s; UD: %s); atomics are "
+                   "always 8 bytes" % (DEFAULT_SIZES, DEFAULT_SIZES_UD))
     p.add_argument("--iters", type=int, default=1,
                    help="how many times each op runs with each size, per direction")
     p.add_argument("--random", type=int, default=0, metavar="N",
                    help="N more ops per iteration and direction, random op and size")
-    p.add_argument("--mtu", type=int, default=1024, choices=sorted(MTUS), help="path MTU")
+    p.add_argument("--mtu", type=int, choices=sorted(MTUS),
+                   help="path MTU of RC and UC (default 1024); UD uses the ports' active MTU")
     p.add_argument("--dir", default="both", choices=("a2b", "b2a", "both"),
                    help="who is the requester: A (a2b), B (b2a) or both, interleaved")
     p.add_argument("--window", type=int, default=16, help="operations in flight (default 16)")
-    p.add_argument("--qps", type=int, default=1, help="QP pairs to spread the ops over")
+    p.add_argument("--qps", type=int, default=1,
+                   help="QP pairs to spread the ops over (UD: QPs on each side)")
     p.add_argument("--srq", action="store_true",
                    help="the responders' receives go to a shared receive queue")
     p.add_argument("--max-sge", type=int, default=0,
@@ -1051,9 +1358,13 @@ def main():
                 raise SetupError("--inject: unknown kind %r" % k)
         if args.window < 1 or args.qps < 1 or args.iters < 0 or args.random < 0:
             raise SetupError("--window and --qps must be at least 1")
+        set_mtu(args)
         sizes = sorted(set(parse_size(s, args.mtu) for s in args.sizes.split(",") if s))
         if not sizes:
             raise SetupError("--sizes is empty")
+        if args.qp_type == "ud" and sizes[-1] > args.mtu:
+            raise SetupError("--sizes: a UD message is one packet, at most the ports' active "
+                             "MTU (%d), not %d" % (args.mtu, sizes[-1]))
         dirs = ["a2b", "b2a"] if args.dir == "both" else [args.dir]
         gids = (gid_index(args.dev_a, args.gid_a), gid_index(args.dev_b, args.gid_b))
         ops = select_ops(args, dirs)
@@ -1066,21 +1377,46 @@ def main():
         sys.exit(2)
     counts = ", ".join("%s %d" % (k, t.counts[k]) for k in OPS + ("refused",) if t.counts[k])
     verdict = "PASS" if t.failures == 0 else "FAIL"
-    print("traffic: %s: %d operations (%s), %.1f MiB moved, %.1f MiB checked, up to %d in "
+    print("traffic: %s: %s, %d operations (%s), %.1f MiB moved, %.1f MiB checked, up to %d in "
           "flight, %d failure%s, seed %d, %.1f s" %
-          (verdict, sum(t.counts.values()), counts or "none", t.moved / 2**20,
+          (verdict, args.qp_type.upper(), sum(t.counts.values()), counts or "none", t.moved / 2**20,
            t.checked / 2**20, t.max_inflight, t.failures, "" if t.failures == 1 else "s", seed,
            t.wall), flush=True)
     sys.exit(0 if t.failures == 0 else 1)
 
 
+def set_mtu(args):
+    """The MTU sizes are relative to: --mtu for RC and UC; for UD, which has no path MTU, the
+    smaller of the two ports' active MTUs."""
+    if args.qp_type != "ud":
+        args.mtu = args.mtu or 1024
+        args.sizes = args.sizes or DEFAULT_SIZES
+        return
+    if args.mtu is not None:
+        raise SetupError("--mtu: UD has no path MTU (its messages are limited by the ports' "
+                         "active MTU)")
+    mtus = []
+    for name in (args.dev_a, args.dev_b):
+        ctx = Context(name=name)
+        try:
+            mtus.append(ctx.query_port(1).active_mtu)
+        finally:
+            ctx.close()
+    args.mtu = [k for k, v in MTUS.items() if v == min(mtus)][0]
+    args.sizes = args.sizes or DEFAULT_SIZES_UD
+
+
 def select_ops(args, dirs):
     """The ops to run; 'auto' leaves out what a responder cannot do (and says so)."""
     names = {"a2b": args.dev_b, "b2a": args.dev_a}
-    want = args.ops.split(",") if args.ops not in ("auto", "all") else list(OPS)
+    have = QP_OPS[args.qp_type]
+    want = args.ops.split(",") if args.ops not in ("auto", "all") else list(have)
     for k in want:
         if k not in OPS:
             raise SetupError("--ops: unknown op %r (%s)" % (k, ",".join(OPS)))
+        if k not in have:
+            raise SetupError("--ops: %s has no %s (it has %s)" %
+                             (args.qp_type.upper(), k, ",".join(have)))
     missing = {}
     if "send_inv" in want:
         for d in dirs:
