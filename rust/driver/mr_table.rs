@@ -186,6 +186,28 @@ impl RvrMr {
         .map_err(|_| MemError::OpFailed)
     }
 
+    /// Stores `value` in the aligned 8 bytes at `pos` as one atomic store (ATOMIC WRITE), built
+    /// from the atomics every kind of MR memory offers: a compare-and-swap from the value seen.
+    /// A word that keeps changing under it (a local writer racing the remote one) gives up
+    /// after a bounded number of tries.
+    fn atomic_store_at(&self, pos: u64, value: u64) -> Result<(), MemError> {
+        let mut seen = self.atomic_at(pos, AtomicOp::FetchAdd { add: 0 })?;
+        for _ in 0..64 {
+            let before = self.atomic_at(
+                pos,
+                AtomicOp::CmpSwap {
+                    compare: seen,
+                    swap: value,
+                },
+            )?;
+            if before == seen {
+                return Ok(());
+            }
+            seen = before;
+        }
+        Err(MemError::OpFailed)
+    }
+
     /// Invalidation (LOCAL_INV, Send with Invalidate): rxe_invalidate_mr's rules plus a PD
     /// check.
     fn invalidate(&self, key: u32, pd_id: u32) -> Result<(), MemError> {
@@ -490,6 +512,32 @@ impl Memory for QpMemory<'_> {
         mr.atomic_at(pos, op)
     }
 
+    fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError> {
+        let (mr, pos) = self
+            .table
+            .resolve(rkey, self.pd_id, va, 8, ACCESS_REMOTE_WRITE)?;
+        mr.atomic_store_at(pos, u64::from_ne_bytes(value))
+    }
+
+    fn remote_flush(
+        &mut self,
+        rkey: u32,
+        range: Option<(u64, u32)>,
+        access: u32,
+    ) -> Result<(), MemError> {
+        let mr = self.table.get(key_index(rkey)).ok_or(MemError::BadKey)?;
+        let (va, len) = match range {
+            Some((va, len)) => (va, u64::from(len)),
+            None => (mr.info().iova, 0),
+        };
+        mr.check(rkey, self.pd_id, va, len, access)?;
+        // Every MR is ordinary memory written through the CPU caches: once every earlier write
+        // is ordered before the response, it is globally visible. (No MR is persistent memory:
+        // the device offers no IB_DEVICE_FLUSH_PERSISTENT, so no MR has that right.)
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
     fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
         let mr = self.table.get(key_index(rkey)).ok_or(MemError::BadKey)?;
         mr.invalidate(rkey, self.pd_id)
@@ -508,8 +556,9 @@ impl Memory for QpMemory<'_> {
 }
 
 /// The `ib_access_flags` bits `reg_user_mr` accepts (rxe's set without on-demand paging and
-/// flush, which rvrdma does not offer).
+/// persistent flush, which rvrdma does not offer).
 pub const ACCESS_SUPPORTED_MR: u32 = ACCESS_LOCAL_WRITE
     | ACCESS_REMOTE
     | crate::ib::mr::ACCESS_MW_BIND
+    | crate::ib::mr::ACCESS_FLUSH_GLOBAL
     | crate::ib::mr::ACCESS_OPTIONAL;

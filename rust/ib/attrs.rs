@@ -125,6 +125,11 @@ impl DeviceAttr {
     /// Send with Invalidate) work requests, which kernel ULPs such as NVMe/RDMA require.
     pub const CAP_MEM_MGT_EXTENSIONS: u64 =
         b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+    /// `IB_DEVICE_ATOMIC_WRITE`: ATOMIC WRITE (IBA 1.5) work requests.
+    pub const CAP_ATOMIC_WRITE: u64 = b::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE as u64;
+    /// `IB_DEVICE_FLUSH_GLOBAL`: FLUSH (IBA 1.5) with placement type "global visibility"; ib_core
+    /// lets MRs be registered with `IB_ACCESS_FLUSH_GLOBAL` only on such a device.
+    pub const CAP_FLUSH_GLOBAL: u64 = b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL as u64;
     /// `IBK_ALLOW_USER_UNREG`: the device may be unregistered while user space holds it open.
     pub const KCAP_ALLOW_USER_UNREG: u64 = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
 

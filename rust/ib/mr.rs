@@ -32,6 +32,8 @@ use kernel::prelude::*;
 
 /// `IB_ACCESS_MW_BIND`: memory windows may be bound to the MR.
 pub const ACCESS_MW_BIND: u32 = b::ib_access_flags_IB_ACCESS_MW_BIND;
+/// `IB_ACCESS_FLUSH_GLOBAL`: FLUSH with placement type "global visibility" may target the MR.
+pub const ACCESS_FLUSH_GLOBAL: u32 = b::ib_access_flags_IB_ACCESS_FLUSH_GLOBAL;
 /// `IB_ACCESS_OPTIONAL`: the range of access bits a device may ignore.
 pub const ACCESS_OPTIONAL: u32 = b::ib_access_flags_IB_ACCESS_OPTIONAL;
 

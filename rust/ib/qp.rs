@@ -605,6 +605,10 @@ impl SendWrList<'_> {
         // SAFETY: ib_core passes a valid, NULL-terminated list that lives for the call.
         let wr = unsafe { &*self.next };
         let opcode = SendOpcode::from_u32(wr.opcode).ok_or(EINVAL)?;
+        if opcode.is_flush_or_atomic_write() {
+            // ib_verbs.h has no WR layout for them: only user space (rxe ABI) posts them.
+            return Err(EINVAL);
+        }
         // SAFETY: a kernel caller's `sg_list` holds `num_sge` valid elements.
         let sg = unsafe { sg_list(wr.sg_list, wr.num_sge)? };
         // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).

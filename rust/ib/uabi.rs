@@ -156,6 +156,14 @@ pub mod send_wqe {
     pub const ATOMIC_SWAP: usize = 40;
     /// `wr.wr.atomic.rkey`.
     pub const ATOMIC_RKEY: usize = 48;
+    /// `wr.flush.length` (FLUSH).
+    pub const FLUSH_LENGTH: usize = 32;
+    /// `wr.flush.rkey` (FLUSH).
+    pub const FLUSH_RKEY: usize = 36;
+    /// `wr.flush.type`, the placement type (FLUSH).
+    pub const FLUSH_TYPE: usize = 40;
+    /// `wr.flush.level`, the selectivity level (FLUSH).
+    pub const FLUSH_LEVEL: usize = 41;
     /// `wr.wr.ud.remote_qpn`.
     pub const UD_REMOTE_QPN: usize = 24;
     /// `wr.wr.ud.remote_qkey`.
@@ -232,6 +240,13 @@ const _: () = {
     assert!(send_wqe::ATOMIC_COMPARE_ADD == u + offset_of!(Atomic, compare_add));
     assert!(send_wqe::ATOMIC_SWAP == u + offset_of!(Atomic, swap));
     assert!(send_wqe::ATOMIC_RKEY == u + offset_of!(Atomic, rkey));
+    // `flush` is the union's first member.
+    type Flush = b::rxe_send_wr__bindgen_ty_2__bindgen_ty_1;
+    assert!(send_wqe::REMOTE_ADDR == u + offset_of!(Flush, remote_addr));
+    assert!(send_wqe::FLUSH_LENGTH == u + offset_of!(Flush, length));
+    assert!(send_wqe::FLUSH_RKEY == u + offset_of!(Flush, rkey));
+    assert!(send_wqe::FLUSH_TYPE == u + offset_of!(Flush, type_));
+    assert!(send_wqe::FLUSH_LEVEL == u + offset_of!(Flush, level));
     type Ud = b::rxe_send_wr__bindgen_ty_2__bindgen_ty_4;
     assert!(send_wqe::UD_REMOTE_QPN == u + offset_of!(Ud, remote_qpn));
     assert!(send_wqe::UD_REMOTE_QKEY == u + offset_of!(Ud, remote_qkey));

@@ -81,6 +81,19 @@ impl Memory for TestMem {
         Err(MemError::NoAccess)
     }
 
+    fn remote_atomic_write(&mut self, _rkey: u32, _va: u64, _v: [u8; 8]) -> Result<(), MemError> {
+        Err(MemError::NoAccess)
+    }
+
+    fn remote_flush(
+        &mut self,
+        _rkey: u32,
+        _range: Option<(u64, u32)>,
+        _access: u32,
+    ) -> Result<(), MemError> {
+        Err(MemError::NoAccess)
+    }
+
     fn invalidate_remote(&mut self, _rkey: u32) -> Result<(), MemError> {
         Err(MemError::OpFailed)
     }
@@ -101,6 +114,7 @@ enum Pending {
     None,
     Gather(SgList, u32, u32),
     Remote(u32, u64, u32),
+    Bytes8([u8; 8]),
 }
 
 /// What a node's engine asked for: packets, completions, events.
@@ -137,6 +151,7 @@ impl TestMem {
                 let r = self.range(rkey, va, len as usize).map_err(|_| EINVAL)?;
                 data.extend_from_slice(&self.0[r], GFP_KERNEL)?;
             }
+            Pending::Bytes8(b) => data.extend_from_slice(&b, GFP_KERNEL)?,
         }
         let mut h = *headers;
         h.bth.pad_count = pad_count(data.len());
@@ -158,6 +173,7 @@ impl Outputs for TestOut {
                 len,
             ),
             PayloadSource::Remote { rkey, va, len } => Pending::Remote(rkey, va, len),
+            PayloadSource::Bytes8(b) => Pending::Bytes8(b),
         };
         let _ = self.tx.push((*headers, p), GFP_KERNEL);
     }

@@ -355,6 +355,21 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             return SqOutcome::Ok;
         }
         let expected = f.add(s.read_done / mtu);
+        if s.wr.opcode.is_flush_or_atomic_write() && psn == f {
+            // FLUSH and ATOMIC WRITE are answered by an RDMA Read Response Only without data
+            // (IBA 1.5 oA19-14, oA19-30; rdma_rxe's send_read_response_ack).
+            if h.bth.opcode != crate::wire::Opcode::RcRdmaReadResponseOnly || !payload.is_empty() {
+                self.counters.duplicate_responses =
+                    self.counters.duplicate_responses.wrapping_add(1);
+                return SqOutcome::Ok;
+            }
+            if let Some(m) = self.slot_mut(c) {
+                m.done = true;
+            }
+            self.rd_atomic_out = self.rd_atomic_out.saturating_sub(1);
+            self.set_una(psn.next());
+            return SqOutcome::Ok;
+        }
         if s.wr.opcode != crate::wqe::SendOpcode::RdmaRead {
             // An atomic is still unanswered before this read response: implied NAK.
             if psn.is_after(f) {
@@ -645,6 +660,8 @@ fn wc_opcode(op: SendOpcode) -> WcOpcode {
         SendOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
         SendOpcode::LocalInv => WcOpcode::LocalInv,
         SendOpcode::RegMr => WcOpcode::RegMr,
+        SendOpcode::Flush => WcOpcode::Flush,
+        SendOpcode::AtomicWrite => WcOpcode::AtomicWrite,
     }
 }
 

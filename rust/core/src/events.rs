@@ -59,6 +59,10 @@ pub enum WcOpcode {
     FetchAdd = 4,
     /// IB_WC_LOCAL_INV.
     LocalInv = 6,
+    /// IB_WC_FLUSH.
+    Flush = 8,
+    /// IB_WC_ATOMIC_WRITE.
+    AtomicWrite = 9,
     /// IB_WC_REG_MR.
     RegMr = 10,
     /// IB_WC_RECV.
@@ -168,6 +172,8 @@ pub enum PayloadSource<'a> {
         /// Number of bytes.
         len: u32,
     },
+    /// The 8 bytes of an ATOMIC WRITE request, carried in its WQE.
+    Bytes8([u8; 8]),
     /// `len` bytes of remote-readable memory (an RDMA Read response), already validated by
     /// [`crate::memory::Memory::check_remote`].
     Remote {

@@ -15,6 +15,10 @@ pub const ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 pub const ACCESS_REMOTE_READ: u32 = 1 << 2;
 /// IB_ACCESS_REMOTE_ATOMIC.
 pub const ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+/// IB_ACCESS_FLUSH_GLOBAL: the MR (or QP) accepts FLUSH with placement type "global".
+pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+/// IB_ACCESS_FLUSH_PERSISTENT: the MR (or QP) accepts FLUSH with placement type "persistent".
+pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
 
 /// Why a memory operation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +67,19 @@ pub trait Memory {
     /// Executes an atomic at `va` (8 bytes, needs [`ACCESS_REMOTE_ATOMIC`]); returns the value
     /// memory held before.
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// ATOMIC WRITE: stores `value` at `va` (8 bytes, 8-aligned, needs [`ACCESS_REMOTE_WRITE`])
+    /// as one store, after every earlier write to memory (no reader sees part of it).
+    fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError>;
+    /// FLUSH: checks that the MR named by `rkey` grants `access` (the `ACCESS_FLUSH_*` bits the
+    /// placement type asks for) and, for `Some((va, len))`, that the range lies inside it
+    /// (`None`: the whole MR); then makes every earlier write to it globally visible (and
+    /// persistent, as far as the memory can be).
+    fn remote_flush(
+        &mut self,
+        rkey: u32,
+        range: Option<(u64, u32)>,
+        access: u32,
+    ) -> Result<(), MemError>;
     /// Invalidates the MR named by `rkey` (Send with Invalidate at the responder).
     fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError>;
     /// Invalidates the MR named by `key` (LOCAL_INV work request).

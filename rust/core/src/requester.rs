@@ -10,7 +10,7 @@ use crate::credit::CreditLimit;
 use crate::events::{Outputs, PayloadSource, Timer, WcStatus};
 use crate::memory::{Memory, ACCESS_LOCAL_WRITE};
 use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
-use crate::wire::{AtomicEth, Bth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
+use crate::wire::{AtomicEth, Bth, Feth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
 use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr};
 
 /// The requester sets BTH:AckReq at least every this many packets of a long message (besides
@@ -412,8 +412,14 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         };
         let npsn = match wr.opcode {
             op if op.is_local() => 0,
-            op if op.is_atomic() => 1,
+            op if op.is_atomic() || op.is_flush_or_atomic_write() => 1,
             _ => npackets(len, self.cfg.mtu),
+        };
+        // ATOMIC WRITE carries its 8 bytes in the WQE; FLUSH names a remote range only.
+        let len = match wr.opcode {
+            op if op.is_atomic() || op == SendOpcode::AtomicWrite => 8,
+            SendOpcode::Flush => wr.flush.length,
+            _ => len,
         };
         let tail = self.tail;
         let slot = self.slot_mut(tail).ok_or(PostError::QueueFull)?;
@@ -422,7 +428,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             ssn,
             first_psn: 0,
             npsn,
-            len: if wr.opcode.is_atomic() { 8 } else { len },
+            len,
             started: false,
             done: false,
             read_done: 0,
@@ -761,6 +767,33 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     rkey: wr.rkey,
                     swap_add,
                     compare,
+                });
+                h.bth.ack_req = true;
+                wqe_done_sending = true;
+            }
+            SendOpcode::AtomicWrite => {
+                // One packet: RETH (DMA length 8) and the 8 bytes (IBA 1.5 oA19-28).
+                h.bth.opcode = Opcode::RcAtomicWrite;
+                h.reth = Some(Reth {
+                    va: wr.remote_addr,
+                    rkey: wr.rkey,
+                    dma_len: 8,
+                });
+                h.bth.ack_req = true;
+                payload = PayloadSource::Bytes8(wr.atomic_write);
+                wqe_done_sending = true;
+            }
+            SendOpcode::Flush => {
+                // One packet, no payload (oA19-2): FETH then RETH.
+                h.bth.opcode = Opcode::RcFlush;
+                h.feth = Some(Feth {
+                    placement: wr.flush.placement,
+                    selectivity: wr.flush.selectivity,
+                });
+                h.reth = Some(Reth {
+                    va: wr.remote_addr,
+                    rkey: wr.rkey,
+                    dma_len: slot.len,
                 });
                 h.bth.ack_req = true;
                 wqe_done_sending = true;

@@ -87,6 +87,10 @@ pub enum SendOpcode {
     LocalInv = 7,
     /// IB_WR_SEND_WITH_INV.
     SendWithInv = 9,
+    /// IB_WR_FLUSH (IBA 1.5, RC only).
+    Flush = 14,
+    /// IB_WR_ATOMIC_WRITE (IBA 1.5, RC only).
+    AtomicWrite = 15,
     /// IB_WR_REG_MR.
     RegMr = 0x20,
 }
@@ -104,6 +108,8 @@ impl SendOpcode {
             6 => SendOpcode::AtomicFetchAndAdd,
             7 => SendOpcode::LocalInv,
             9 => SendOpcode::SendWithInv,
+            14 => SendOpcode::Flush,
+            15 => SendOpcode::AtomicWrite,
             0x20 => SendOpcode::RegMr,
             _ => return None,
         })
@@ -141,9 +147,15 @@ impl SendOpcode {
         self.is_send() || self == SendOpcode::RdmaWriteWithImm
     }
 
-    /// True for RDMA Read and atomics, which take a responder resource and that fences wait for.
+    /// True for FLUSH and ATOMIC WRITE (IBA 1.5), answered like an RDMA Read with no data.
+    pub fn is_flush_or_atomic_write(self) -> bool {
+        matches!(self, SendOpcode::Flush | SendOpcode::AtomicWrite)
+    }
+
+    /// True for RDMA Read, atomics, FLUSH and ATOMIC WRITE, which take a responder resource,
+    /// are answered by a response rather than an ACK, and that fences wait for.
     pub fn is_read_or_atomic(self) -> bool {
-        self == SendOpcode::RdmaRead || self.is_atomic()
+        self == SendOpcode::RdmaRead || self.is_atomic() || self.is_flush_or_atomic_write()
     }
 }
 
@@ -182,6 +194,17 @@ pub struct RegMrParams {
     pub mr_handle: u64,
 }
 
+/// Parameters of a FLUSH work request (`struct ib_flush_wr` / the rxe WQE's `flush`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlushParams {
+    /// Bytes to flush from `remote_addr` (selectivity "range").
+    pub length: u32,
+    /// Placement type bits ([`crate::wire::feth::PLACEMENT_GLOBAL`], `PLACEMENT_PERSISTENT`).
+    pub placement: u8,
+    /// Selectivity level ([`crate::wire::feth::SELECT_RANGE`] or `SELECT_MR`).
+    pub selectivity: u8,
+}
+
 /// Destination of a UD send (the address handle of `struct ib_ud_wr`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UdDest {
@@ -218,6 +241,10 @@ pub struct SendWr {
     pub swap: u64,
     /// Fast-register parameters (REG_MR).
     pub reg: RegMrParams,
+    /// The 8 bytes an ATOMIC WRITE stores, in memory order (carried in the WQE).
+    pub atomic_write: [u8; 8],
+    /// FLUSH parameters.
+    pub flush: FlushParams,
     /// Destination of a UD send.
     pub ud: UdDest,
 }
@@ -237,6 +264,12 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             reg: RegMrParams::default(),
+            atomic_write: [0; 8],
+            flush: FlushParams {
+                length: 0,
+                placement: 0,
+                selectivity: 0,
+            },
             ud: UdDest {
                 path: crate::apm::PathInfo::EMPTY,
                 remote_qpn: 0,

@@ -10,8 +10,8 @@ use rvrdma_core::psn::{
     PSN_MASK,
 };
 use rvrdma_core::wire::{
-    pad_count, Aeth, AtomicAckEth, AtomicEth, Bth, DecodeError, Deth, Headers, Ieth, ImmDt, Opcode,
-    Reth, Syndrome, ICRC_LEN,
+    pad_count, Aeth, AtomicAckEth, AtomicEth, Bth, DecodeError, Deth, Feth, Headers, Ieth, ImmDt,
+    Opcode, Reth, Syndrome, ICRC_LEN,
 };
 
 fn arb_opcode() -> impl Strategy<Value = Opcode> {
@@ -64,20 +64,27 @@ fn arb_headers() -> impl Strategy<Value = Headers> {
             arb_atomic_eth(),
             arb_aeth(),
             any::<(u64, u32, u32)>(),
+            (0u8..16, 0u8..4),
         )
-            .prop_map(move |(bth, deth, reth, atomic, aeth, (orig, imm, inv))| {
-                let i = op.info();
-                Headers {
-                    bth,
-                    deth: i.has_deth.then_some(deth),
-                    reth: i.has_reth.then_some(reth),
-                    atomic_eth: i.has_atomic_eth.then_some(atomic),
-                    aeth: i.has_aeth.then_some(aeth),
-                    atomic_ack_eth: i.has_atomic_ack_eth.then_some(AtomicAckEth { orig }),
-                    immdt: i.has_immdt.then_some(ImmDt { imm }),
-                    ieth: i.has_ieth.then_some(Ieth { rkey: inv }),
-                }
-            })
+            .prop_map(
+                move |(bth, deth, reth, atomic, aeth, (orig, imm, inv), (plt, sel))| {
+                    let i = op.info();
+                    Headers {
+                        bth,
+                        deth: i.has_deth.then_some(deth),
+                        feth: i.has_feth.then_some(Feth {
+                            placement: plt,
+                            selectivity: sel,
+                        }),
+                        reth: i.has_reth.then_some(reth),
+                        atomic_eth: i.has_atomic_eth.then_some(atomic),
+                        aeth: i.has_aeth.then_some(aeth),
+                        atomic_ack_eth: i.has_atomic_ack_eth.then_some(AtomicAckEth { orig }),
+                        immdt: i.has_immdt.then_some(ImmDt { imm }),
+                        ieth: i.has_ieth.then_some(Ieth { rkey: inv }),
+                    }
+                },
+            )
     })
 }
 

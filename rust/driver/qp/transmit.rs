@@ -96,6 +96,7 @@ pub(super) fn build(
     let plen = match payload {
         PayloadSource::None => 0,
         PayloadSource::Gather { len, .. } | PayloadSource::Remote { len, .. } => len as usize,
+        PayloadSource::Bytes8(_) => 8,
     };
     let mut h = *headers;
     h.bth.pad_count = pad_count(plen);
@@ -132,6 +133,12 @@ fn gather(mem: &QpMemory<'_>, payload: PayloadSource<'_>, buf: &mut [u8]) -> Res
         PayloadSource::None => Ok(()),
         PayloadSource::Gather { sges, offset, .. } => mem.gather(sges, offset, buf),
         PayloadSource::Remote { rkey, va, .. } => mem.read_remote(rkey, va, buf),
+        PayloadSource::Bytes8(b) => {
+            buf.get_mut(..8)
+                .ok_or(MemError::OutOfBounds)?
+                .copy_from_slice(&b);
+            Ok(())
+        }
     }
 }
 

@@ -9,7 +9,9 @@
 //! `dma.length` values), and the provider's private fields (`ssn`, `state`, PSNs) are ignored.
 
 use crate::ib::uabi::{self, recv_wqe, send_wqe, sge};
-use crate::rvcore::wqe::{RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE};
+use crate::rvcore::wqe::{
+    FlushParams, RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE,
+};
 
 /// Size of `struct rxe_send_wqe` up to its SGE array / inline data.
 pub(crate) const SEND_WQE_HEADER: usize = uabi::SEND_WQE_SIZE;
@@ -22,7 +24,7 @@ pub(crate) const SGE_SIZE: usize = uabi::SGE_SIZE;
 /// opcode rvrdma does not offer, `IB_WC_LOC_LEN_ERR` for bad lengths).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WqeError {
-    /// Unknown or unsupported opcode (memory windows, flush, atomic write, TSO).
+    /// Unknown or unsupported opcode (memory windows, TSO).
     Opcode,
     /// Too many SGEs, or inline data longer than the QP allows.
     Length,
@@ -104,6 +106,35 @@ pub(crate) fn parse_send(
         wr.compare_add = u64_at(e, send_wqe::ATOMIC_COMPARE_ADD);
         wr.swap = u64_at(e, send_wqe::ATOMIC_SWAP);
         wr.rkey = u32_at(e, send_wqe::ATOMIC_RKEY);
+    }
+    if opcode == SendOpcode::AtomicWrite {
+        // rdma-core's wr_atomic_write: `wr.rdma` names the target, the 8 bytes sit where the
+        // SGEs would (`dma.atomic_wr`).
+        wr.remote_addr = u64_at(e, send_wqe::REMOTE_ADDR);
+        wr.rkey = u32_at(e, send_wqe::RDMA_RKEY);
+        let v = e
+            .get(SEND_WQE_HEADER..SEND_WQE_HEADER + 8)
+            .ok_or((wr_id, WqeError::Length))?;
+        wr.atomic_write.copy_from_slice(v);
+        return Ok(UserSend {
+            wr,
+            inline_len: None,
+            ah_num: 0,
+        });
+    }
+    if opcode == SendOpcode::Flush {
+        wr.remote_addr = u64_at(e, send_wqe::REMOTE_ADDR);
+        wr.rkey = u32_at(e, send_wqe::FLUSH_RKEY);
+        wr.flush = FlushParams {
+            length: u32_at(e, send_wqe::FLUSH_LENGTH),
+            placement: e.get(send_wqe::FLUSH_TYPE).copied().unwrap_or(0),
+            selectivity: e.get(send_wqe::FLUSH_LEVEL).copied().unwrap_or(0),
+        };
+        return Ok(UserSend {
+            wr,
+            inline_len: None,
+            ah_num: 0,
+        });
     }
     let mut ah_num = 0;
     if datagram && !opcode.is_local() {

@@ -164,7 +164,7 @@ impl FuzzMem {
     /// Checks a transmitted payload (after the call that transmitted it).
     fn check_payload(&mut self, p: &TxPayload) {
         match p {
-            TxPayload::None => {}
+            TxPayload::None | TxPayload::Bytes8 => {}
             TxPayload::Gather { sges, offset, len } => {
                 let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
                 if u64::from(*offset) + u64::from(*len) > total {
@@ -247,6 +247,28 @@ impl Memory for FuzzMem {
         self.model.remote_atomic(rkey, va, op)
     }
 
+    fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError> {
+        // Checked by check_remote just before, like a write.
+        let covered = self
+            .write_window
+            .is_some_and(|w| window_covers(w, rkey, va, 8));
+        if !covered {
+            self.violation(format!(
+                "atomic write outside the checked range: rkey {rkey:#x} va {va:#x}"
+            ));
+        }
+        self.model.remote_atomic_write(rkey, va, value)
+    }
+
+    fn remote_flush(
+        &mut self,
+        rkey: u32,
+        range: Option<(u64, u32)>,
+        access: u32,
+    ) -> Result<(), MemError> {
+        self.model.remote_flush(rkey, range, access)
+    }
+
     fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
         // Only MRs with remote rights have an R_Key.
         let remote = self
@@ -298,6 +320,8 @@ enum TxPayload {
         va: u64,
         len: u32,
     },
+    /// An ATOMIC WRITE's 8 bytes, from the WQE.
+    Bytes8,
 }
 
 struct Expect {
@@ -352,6 +376,7 @@ impl Outputs for FuzzOut {
                 len,
             ),
             PayloadSource::Remote { rkey, va, len } => (TxPayload::Remote { rkey, va, len }, len),
+            PayloadSource::Bytes8(_) => (TxPayload::Bytes8, 8),
         };
         let info = h.info();
         assert!(

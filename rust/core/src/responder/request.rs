@@ -3,9 +3,13 @@
 //! new RDMA Read and atomic requests.
 
 use crate::events::Outputs;
-use crate::memory::{AtomicOp, Memory, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ};
+use crate::memory::{
+    AtomicOp, Memory, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
 use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
 use crate::requester::npackets;
+use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR, SELECT_RANGE};
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
@@ -130,6 +134,17 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     }
                 }
             }
+            Operation::AtomicWrite | Operation::Flush => {
+                // Answered again from the saved resource, never executed twice (rdma_rxe
+                // replays both alike); none kept: class D, dropped.
+                let found = self.find_resource(|r| r.kind == ResKind::Placed && r.psn == psn);
+                match found {
+                    Some(c) => self.reschedule(c),
+                    None => {
+                        self.silent_drop();
+                    }
+                }
+            }
             _ => {
                 // Duplicate Send/Write: not executed again, re-acknowledged.
                 if h.bth.ack_req || info.position.ends_message() {
@@ -227,6 +242,67 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     Err(_) => return self.access_error(psn, ctx, out),
                 };
                 self.accept_rd_atomic(ResKind::Atomic { orig }, psn, 1)
+            }
+            Operation::AtomicWrite => {
+                let Some(reth) = h.reth else {
+                    return self.invalid_request(psn, ctx, out);
+                };
+                if self.cfg.access_flags & ACCESS_REMOTE_WRITE == 0 {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if self.rd_atomic_resources_full() {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                // R_Key, rights and range first, then length and alignment (rdma_rxe's order).
+                if mem
+                    .check_remote(reth.rkey, reth.va, 8, ACCESS_REMOTE_WRITE)
+                    .is_err()
+                {
+                    return self.access_error(psn, ctx, out);
+                }
+                // oA19-28: exactly 8 bytes; A19.4.2: 8-byte aligned (class C).
+                let Ok(value) = <[u8; 8]>::try_from(payload) else {
+                    return self.invalid_request(psn, ctx, out);
+                };
+                if reth.dma_len != 8 || reth.va % 8 != 0 {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if mem.remote_atomic_write(reth.rkey, reth.va, value).is_err() {
+                    return self.access_error(psn, ctx, out);
+                }
+                self.accept_rd_atomic(ResKind::Placed, psn, 1)
+            }
+            Operation::Flush => {
+                let (Some(feth), Some(reth)) = (h.feth, h.reth) else {
+                    return self.invalid_request(psn, ctx, out);
+                };
+                // The QP must enable each placement type asked for (rdma_rxe's
+                // check_qp_attr_access), and so must the MR.
+                let mut access = 0;
+                if feth.placement & PLACEMENT_GLOBAL != 0 {
+                    access |= ACCESS_FLUSH_GLOBAL;
+                }
+                if feth.placement & PLACEMENT_PERSISTENT != 0 {
+                    access |= ACCESS_FLUSH_PERSISTENT;
+                }
+                if self.cfg.access_flags & access != access {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                let range = match feth.selectivity {
+                    SELECT_RANGE => Some((reth.va, reth.dma_len)),
+                    SELECT_MR => None,
+                    _ => return self.invalid_request(psn, ctx, out),
+                };
+                if reth.dma_len > (1u32 << 31) {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if self.rd_atomic_resources_full() {
+                    return self.invalid_request(psn, ctx, out);
+                }
+                if mem.remote_flush(reth.rkey, range, access).is_err() {
+                    return self.access_error(psn, ctx, out);
+                }
+                self.accept_rd_atomic(ResKind::Placed, psn, 1)
             }
             _ => self.invalid_request(psn, ctx, out),
         }

@@ -27,6 +27,9 @@ pub(crate) enum ResKind {
     Atomic {
         orig: u64,
     },
+    /// An executed ATOMIC WRITE or FLUSH: answered, also when duplicated, by an RDMA Read
+    /// Response Only without data and never executed again.
+    Placed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +146,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     let mut h = Headers::new(bth);
                     h.aeth = Some(aeth);
                     h.atomic_ack_eth = Some(AtomicAckEth { orig });
+                    out.transmit(ctx.path, &h, PayloadSource::None);
+                    self.res_send = self.res_send.wrapping_add(1);
+                }
+                ResKind::Placed => {
+                    bth.opcode = Opcode::RcRdmaReadResponseOnly;
+                    let mut h = Headers::new(bth);
+                    h.aeth = Some(aeth);
                     out.transmit(ctx.path, &h, PayloadSource::None);
                     self.res_send = self.res_send.wrapping_add(1);
                 }

@@ -1,7 +1,7 @@
 //! The whole transport header stack of a RoCEv2 packet: everything after the UDP header.
 //!
 //! ```text
-//! BTH | [DETH] | [RETH] | [AtomicETH] | [AETH] | [AtomicAckETH] | [ImmDt] | [IETH] | payload | pad | ICRC
+//! BTH | [DETH] | [FETH] | [RETH] | [AtomicETH] | [AETH] | [AtomicAckETH] | [ImmDt] | [IETH] | payload | pad | ICRC
 //! ```
 //!
 //! Which extension headers are present is dictated by BTH:OpCode ([`OpcodeInfo`]); the payload
@@ -13,6 +13,7 @@ use super::aeth::Aeth;
 use super::atomic_eth::{AtomicAckEth, AtomicEth};
 use super::bth::Bth;
 use super::deth::Deth;
+use super::feth::Feth;
 use super::imm::{Ieth, ImmDt};
 use super::opcode::OpcodeInfo;
 use super::reth::Reth;
@@ -25,7 +26,9 @@ pub struct Headers {
     pub bth: Bth,
     /// Datagram ETH (UD).
     pub deth: Option<Deth>,
-    /// RDMA ETH (RDMA Write First/Only, RDMA Read Request).
+    /// FLUSH ETH (FLUSH).
+    pub feth: Option<Feth>,
+    /// RDMA ETH (RDMA Write First/Only, RDMA Read Request, FLUSH, ATOMIC WRITE).
     pub reth: Option<Reth>,
     /// Atomic ETH (Compare & Swap, Fetch & Add).
     pub atomic_eth: Option<AtomicEth>,
@@ -45,6 +48,7 @@ impl Headers {
         Headers {
             bth,
             deth: None,
+            feth: None,
             reth: None,
             atomic_eth: None,
             aeth: None,
@@ -63,6 +67,7 @@ impl Headers {
     pub const fn is_consistent(&self) -> bool {
         let i = self.info();
         i.has_deth == self.deth.is_some()
+            && i.has_feth == self.feth.is_some()
             && i.has_reth == self.reth.is_some()
             && i.has_atomic_eth == self.atomic_eth.is_some()
             && i.has_aeth == self.aeth.is_some()
@@ -106,6 +111,10 @@ impl Headers {
         if info.has_deth {
             h.deth = Some(Deth::decode(tail(buf, off))?);
             off += Deth::LEN;
+        }
+        if info.has_feth {
+            h.feth = Some(Feth::decode(tail(buf, off))?);
+            off += Feth::LEN;
         }
         if info.has_reth {
             h.reth = Some(Reth::decode(tail(buf, off))?);
@@ -176,6 +185,9 @@ impl Headers {
         if let Some(x) = &self.deth {
             off += x.encode(tail_mut(out, off))?;
         }
+        if let Some(x) = &self.feth {
+            off += x.encode(tail_mut(out, off))?;
+        }
         if let Some(x) = &self.reth {
             off += x.encode(tail_mut(out, off))?;
         }
@@ -226,6 +238,12 @@ mod tests {
             h.deth = Some(Deth {
                 qkey: 0x8001_0000,
                 src_qp: 3,
+            });
+        }
+        if i.has_feth {
+            h.feth = Some(Feth {
+                placement: 3,
+                selectivity: 1,
             });
         }
         if i.has_reth {
@@ -299,6 +317,11 @@ mod tests {
         let pkt = packet(&h, b"");
         assert_eq!(&pkt[24..28], &[0, 0, 0x10, 0]); // RETH DMA length
         assert_eq!(&pkt[28..32], &[0, 0, 0, 11]); // then ImmDt
+        let h = full(Opcode::RcFlush);
+        let pkt = packet(&h, b"");
+        assert_eq!(pkt.len(), 12 + 4 + 16 + 4);
+        assert_eq!(&pkt[12..16], &[0, 0, 0, 0x13]); // FETH first
+        assert_eq!(&pkt[16..24], &[0, 0, 0, 0, 0, 0, 0x10, 0]); // then RETH VA
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::aeth::Aeth;
 use super::atomic_eth::{AtomicAckEth, AtomicEth};
 use super::bth::Bth;
 use super::deth::Deth;
+use super::feth::Feth;
 use super::imm::{Ieth, ImmDt};
 use super::reth::Reth;
 
@@ -68,6 +69,10 @@ pub enum Operation {
     CompareSwap,
     /// Atomic Fetch & Add request.
     FetchAdd,
+    /// FLUSH request (IBA 1.5): make earlier writes to a range or MR visible or persistent.
+    Flush,
+    /// ATOMIC WRITE request (IBA 1.5): 8 bytes written at once.
+    AtomicWrite,
 }
 
 /// Everything the opcode dictates about a packet.
@@ -99,6 +104,8 @@ pub struct OpcodeInfo {
     pub has_ieth: bool,
     /// A Datagram Extended Transport Header follows the BTH (UD).
     pub has_deth: bool,
+    /// A FLUSH Extended Transport Header follows the BTH (before the RETH).
+    pub has_feth: bool,
     /// The packet may carry payload bytes.
     pub has_payload: bool,
     /// Bytes of BTH plus all extension headers.
@@ -106,20 +113,21 @@ pub struct OpcodeInfo {
 }
 
 /// Extension header flags, in the order used by [`info_of`].
-const RETH: u8 = 1;
-const AETH: u8 = 2;
-const ATOMIC: u8 = 4;
-const ATOMIC_ACK: u8 = 8;
-const IMM: u8 = 16;
-const IETH: u8 = 32;
-const DETH: u8 = 64;
-const PAYLOAD: u8 = 128;
+const RETH: u16 = 1;
+const AETH: u16 = 2;
+const ATOMIC: u16 = 4;
+const ATOMIC_ACK: u16 = 8;
+const IMM: u16 = 16;
+const IETH: u16 = 32;
+const DETH: u16 = 64;
+const PAYLOAD: u16 = 128;
+const FETH: u16 = 256;
 
-const fn has_flag(flags: u8, f: u8) -> bool {
+const fn has_flag(flags: u16, f: u16) -> bool {
     flags & f != 0
 }
 
-const fn info_of(t: Transport, op: Operation, pos: Position, flags: u8) -> OpcodeInfo {
+const fn info_of(t: Transport, op: Operation, pos: Position, flags: u16) -> OpcodeInfo {
     let is_request = !matches!(
         op,
         Operation::RdmaReadResponse | Operation::Acknowledge | Operation::AtomicAcknowledge
@@ -151,6 +159,9 @@ const fn info_of(t: Transport, op: Operation, pos: Position, flags: u8) -> Opcod
     if has_flag(flags, DETH) {
         len += Deth::LEN;
     }
+    if has_flag(flags, FETH) {
+        len += Feth::LEN;
+    }
     OpcodeInfo {
         transport: t,
         operation: op,
@@ -164,6 +175,7 @@ const fn info_of(t: Transport, op: Operation, pos: Position, flags: u8) -> Opcod
         has_immdt: has_flag(flags, IMM),
         has_ieth: has_flag(flags, IETH),
         has_deth: has_flag(flags, DETH),
+        has_feth: has_flag(flags, FETH),
         has_payload: has_flag(flags, PAYLOAD),
         header_len: len,
     }
@@ -219,6 +231,10 @@ pub enum Opcode {
     RcSendLastWithInvalidate = 0x16,
     /// RC Send Only with Invalidate.
     RcSendOnlyWithInvalidate = 0x17,
+    /// RC FLUSH (IBA 1.5).
+    RcFlush = 0x1C,
+    /// RC ATOMIC WRITE (IBA 1.5).
+    RcAtomicWrite = 0x1D,
     /// UC Send First.
     UcSendFirst = 0x20,
     /// UC Send Middle.
@@ -251,7 +267,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in wire-value order.
-    pub const ALL: [Opcode; 37] = [
+    pub const ALL: [Opcode; 39] = [
         Opcode::RcSendFirst,
         Opcode::RcSendMiddle,
         Opcode::RcSendLast,
@@ -275,6 +291,8 @@ impl Opcode {
         Opcode::RcFetchAdd,
         Opcode::RcSendLastWithInvalidate,
         Opcode::RcSendOnlyWithInvalidate,
+        Opcode::RcFlush,
+        Opcode::RcAtomicWrite,
         Opcode::UcSendFirst,
         Opcode::UcSendMiddle,
         Opcode::UcSendLast,
@@ -317,6 +335,8 @@ impl Opcode {
             0x14 => Opcode::RcFetchAdd,
             0x16 => Opcode::RcSendLastWithInvalidate,
             0x17 => Opcode::RcSendOnlyWithInvalidate,
+            0x1C => Opcode::RcFlush,
+            0x1D => Opcode::RcAtomicWrite,
             0x20 => Opcode::UcSendFirst,
             0x21 => Opcode::UcSendMiddle,
             0x22 => Opcode::UcSendLast,
@@ -383,6 +403,8 @@ impl Opcode {
             Opcode::RcFetchAdd => info_of(T::Rc, O::FetchAdd, P::Only, ATOMIC),
             Opcode::RcSendLastWithInvalidate => info_of(T::Rc, O::Send, P::Last, IETH | PAYLOAD),
             Opcode::RcSendOnlyWithInvalidate => info_of(T::Rc, O::Send, P::Only, IETH | PAYLOAD),
+            Opcode::RcFlush => info_of(T::Rc, O::Flush, P::Only, FETH | RETH),
+            Opcode::RcAtomicWrite => info_of(T::Rc, O::AtomicWrite, P::Only, RETH | PAYLOAD),
             Opcode::UcSendFirst => info_of(T::Uc, O::Send, P::First, PAYLOAD),
             Opcode::UcSendMiddle => info_of(T::Uc, O::Send, P::Middle, PAYLOAD),
             Opcode::UcSendLast => info_of(T::Uc, O::Send, P::Last, PAYLOAD),
@@ -506,6 +528,8 @@ mod tests {
         assert_eq!(Opcode::RcFetchAdd as u8, 0x14);
         assert_eq!(Opcode::RcSendLastWithInvalidate as u8, 0x16);
         assert_eq!(Opcode::RcSendOnlyWithInvalidate as u8, 0x17);
+        assert_eq!(Opcode::RcFlush as u8, 0x1C);
+        assert_eq!(Opcode::RcAtomicWrite as u8, 0x1D);
         assert_eq!(Opcode::UcSendFirst as u8, 0x20);
         assert_eq!(Opcode::UcRdmaWriteOnlyWithImmediate as u8, 0x2B);
         assert_eq!(Opcode::UdSendOnly as u8, 0x64);
@@ -528,6 +552,8 @@ mod tests {
         assert_eq!(known, Opcode::ALL.len());
         // RC RESYNC (0x15, RD only), RD and CNP values are not spoken.
         assert_eq!(Opcode::from_u8(0x15), None);
+        assert_eq!(Opcode::from_u8(0x1B), None);
+        assert_eq!(Opcode::from_u8(0x1E), None);
         assert_eq!(Opcode::from_u8(0x40), None);
         assert_eq!(Opcode::from_u8(0x81), None);
     }
@@ -569,6 +595,16 @@ mod tests {
         let i = Opcode::UdSendOnlyWithImmediate.info();
         assert!(i.has_deth && i.has_immdt);
         assert_eq!(i.header_len, 12 + 8 + 4);
+        // IBA 1.5 Table 38: FLUSH is BTH+FETH+RETH without payload, ATOMIC WRITE BTH+RETH
+        // with its 8 bytes as payload (rxe_opcode.c agrees).
+        let i = Opcode::RcFlush.info();
+        assert!(i.has_feth && i.has_reth && !i.has_payload && i.is_request && !i.needs_rq_wqe);
+        assert_eq!(i.header_len, 12 + 4 + 16);
+        assert_eq!(i.position, Position::Only);
+        let i = Opcode::RcAtomicWrite.info();
+        assert!(!i.has_feth && i.has_reth && i.has_payload && i.is_request && !i.needs_rq_wqe);
+        assert_eq!(i.header_len, 12 + 16);
+        assert_eq!(i.position, Position::Only);
         let i = Opcode::RcAcknowledge.info();
         assert!(i.has_aeth && !i.has_payload && !i.is_request);
         assert_eq!(i.position, Position::Only);

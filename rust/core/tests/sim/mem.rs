@@ -69,6 +69,10 @@ pub struct MemInner {
     pub pd: u32,
     /// Number of atomics executed (for the exactly-once check).
     pub atomics_executed: u64,
+    /// Number of ATOMIC WRITEs executed (exactly once each, also when duplicated).
+    pub atomic_writes_executed: u64,
+    /// Number of FLUSHes executed.
+    pub flushes_executed: u64,
 }
 
 /// A shared handle: the QP uses it as [`Memory`], the simulated shell to gather payloads.
@@ -196,6 +200,34 @@ impl MemInner {
         Ok(old)
     }
 
+    /// [`Memory::remote_atomic_write`]: the 8 bytes at `va`, counted in `atomic_writes_executed`.
+    pub fn remote_atomic_write(&mut self, rkey: u32, va: u64, v: [u8; 8]) -> Result<(), MemError> {
+        self.check(rkey, va, 8, ACCESS_REMOTE_WRITE)?;
+        self.write(rkey, va, &v)?;
+        self.atomic_writes_executed += 1;
+        Ok(())
+    }
+
+    /// [`Memory::remote_flush`]: key and rights, and the range when one is named.
+    pub fn remote_flush(
+        &mut self,
+        rkey: u32,
+        range: Option<(u64, u32)>,
+        access: u32,
+    ) -> Result<(), MemError> {
+        match range {
+            Some((va, len)) => self.check(rkey, va, len as u64, access)?,
+            None => {
+                let m = self.mr(rkey).ok_or(MemError::BadKey)?;
+                if m.access & access != access {
+                    return Err(MemError::NoAccess);
+                }
+            }
+        }
+        self.flushes_executed += 1;
+        Ok(())
+    }
+
     /// Invalidates the MR `key` names ([`Memory::invalidate_remote`] and
     /// [`Memory::local_invalidate`]).
     pub fn invalidate(&mut self, key: u32) -> Result<(), MemError> {
@@ -253,6 +285,19 @@ impl Memory for SimMem {
 
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         self.0.borrow_mut().remote_atomic(rkey, va, op)
+    }
+
+    fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError> {
+        self.0.borrow_mut().remote_atomic_write(rkey, va, value)
+    }
+
+    fn remote_flush(
+        &mut self,
+        rkey: u32,
+        range: Option<(u64, u32)>,
+        access: u32,
+    ) -> Result<(), MemError> {
+        self.0.borrow_mut().remote_flush(rkey, range, access)
     }
 
     fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {

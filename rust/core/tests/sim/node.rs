@@ -72,6 +72,7 @@ impl Outputs for SimOut {
                 PayloadSource::Remote { rkey, va, len } => {
                     m.read(rkey, va, len as u64).expect("validated remote read")
                 }
+                PayloadSource::Bytes8(b) => b.to_vec(),
             }
         };
         let mut h = *headers;

@@ -7,12 +7,16 @@ use std::fmt::Write as _;
 use rvrdma_core::apm::{MigState, PathInfo, PathMatch};
 use rvrdma_core::events::{AsyncEvent, Completion, Timer, WcOpcode, WcStatus};
 use rvrdma_core::memory::{
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    ACCESS_FLUSH_GLOBAL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
 };
 use rvrdma_core::qp::{QpAttrs, QpCreate};
 use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
+use rvrdma_core::wire::feth::{PLACEMENT_GLOBAL, SELECT_MR, SELECT_RANGE};
 use rvrdma_core::wire::Headers;
-use rvrdma_core::wqe::{RecvSlot, RecvWr, SendFlags, SendOpcode, SendSlot, SendWr, SgList, Sge};
+use rvrdma_core::wqe::{
+    FlushParams, RecvSlot, RecvWr, SendFlags, SendOpcode, SendSlot, SendWr, SgList, Sge,
+};
 
 use super::mem::SimMem;
 use super::node::{SimOut, SimQp};
@@ -304,6 +308,8 @@ pub struct Sim {
     pub fadd_init: [u64; 2],
     pub fadd_sum: [u64; 2],
     pub atomics_posted: [u64; 2],
+    /// ATOMIC WRITEs and FLUSHes posted towards each node (each must execute exactly once).
+    pub placed_posted: [(u64, u64); 2],
     pub credit: [CreditModel; 2],
     pub violation: Option<String>,
     /// SQD exercise on node 0: (first WR index that must not start, drained seen).
@@ -366,7 +372,7 @@ impl Sim {
                 KEY_WTGT,
                 BASE_WTGT,
                 buf,
-                ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE,
+                ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_FLUSH_GLOBAL,
             );
             mem.add_mr(KEY_RSRC, BASE_RSRC, rsrc_len, ACCESS_REMOTE_READ);
             mem.add_mr(KEY_RDST, BASE_RDST, buf, ACCESS_LOCAL_WRITE);
@@ -428,6 +434,7 @@ impl Sim {
             fadd_init: [0, 0],
             fadd_sum: [0, 0],
             atomics_posted: [0, 0],
+            placed_posted: [(0, 0), (0, 0)],
             credit: [CreditModel::new(), CreditModel::new()],
             violation: None,
             sqd_guard: None,
@@ -497,6 +504,8 @@ impl Sim {
                         SendOpcode::RegMr
                     }
                 }
+                94..=96 => SendOpcode::AtomicWrite,
+                97..=98 => SendOpcode::Flush,
                 _ => SendOpcode::Send,
             };
             let op = if self.cfg.scenario == Scenario::UcLossy && (op.is_read_or_atomic()) {
@@ -613,6 +622,30 @@ impl Sim {
                     }
                     plan.wr.rkey = KEY_ATOM;
                 }
+                SendOpcode::AtomicWrite => {
+                    self.placed_posted[peer].0 += 1;
+                    wtgt_off = (wtgt_off + 7) & !7;
+                    plan.wr.remote_addr = BASE_WTGT + wtgt_off;
+                    plan.wr.rkey = KEY_WTGT;
+                    plan.wr.atomic_write = r.next_u64().to_ne_bytes();
+                    plan.check_va = plan.wr.remote_addr;
+                    plan.data = plan.wr.atomic_write.to_vec();
+                    wtgt_off += 16;
+                }
+                SendOpcode::Flush => {
+                    self.placed_posted[peer].1 += 1;
+                    plan.wr.remote_addr = BASE_WTGT;
+                    plan.wr.rkey = KEY_WTGT;
+                    plan.wr.flush = FlushParams {
+                        length: len.min(self.cfg.buf() as u32),
+                        placement: PLACEMENT_GLOBAL,
+                        selectivity: if r.chance(300) {
+                            SELECT_MR
+                        } else {
+                            SELECT_RANGE
+                        },
+                    };
+                }
                 SendOpcode::LocalInv => {
                     plan.wr.invalidate_rkey = KEY_SPARE;
                     spare_valid = false;
@@ -642,7 +675,10 @@ impl Sim {
             self.nodes[i].recv_needed = self.expected_recv[i].len();
             let mut a = QpAttrs {
                 qp_state: QpState::Init,
-                qp_access_flags: ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC,
+                qp_access_flags: ACCESS_REMOTE_WRITE
+                    | ACCESS_REMOTE_READ
+                    | ACCESS_REMOTE_ATOMIC
+                    | ACCESS_FLUSH_GLOBAL,
                 ..QpAttrs::default()
             };
             let n = &mut self.nodes[i];
@@ -1187,7 +1223,9 @@ impl Sim {
                         _ => {}
                     }
                     drop(m);
-                    if plan.wr.opcode.is_write() && self.cfg.scenario != Scenario::UcLossy {
+                    let lands =
+                        plan.wr.opcode.is_write() || plan.wr.opcode == SendOpcode::AtomicWrite;
+                    if lands && self.cfg.scenario != Scenario::UcLossy {
                         let pm = self.nodes[peer].mem.0.borrow();
                         let got = pm
                             .read(KEY_WTGT, plan.check_va, plan.data.len() as u64)
@@ -1313,6 +1351,16 @@ impl Sim {
                         return Err(format!(
                             "n{i}: {executed} atomics executed, {} posted",
                             self.atomics_posted[i]
+                        ));
+                    }
+                    let (aw, fl) = {
+                        let m = self.nodes[i].mem.0.borrow();
+                        (m.atomic_writes_executed, m.flushes_executed)
+                    };
+                    if (aw, fl) != self.placed_posted[i] {
+                        return Err(format!(
+                            "n{i}: {aw} atomic writes and {fl} flushes executed, {:?} posted",
+                            self.placed_posted[i]
                         ));
                     }
                     let v = self.atom_read(i, 0);

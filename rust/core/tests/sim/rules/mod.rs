@@ -9,6 +9,7 @@
 //! `regressions.rs` (bugs found by the simulation and fuzzing).
 
 mod apm;
+mod atomic_write_flush;
 mod credits;
 mod fixtures;
 mod hostile;

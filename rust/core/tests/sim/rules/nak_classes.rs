@@ -334,7 +334,7 @@ fn deliver_raw(d: &mut Duo, to: usize, b: &rvrdma_core::wire::bth::RawBth) {
 /// (QP_REQ_ERR) is raised, and the receive WQEs are flushed.
 #[test]
 fn seed001_class_c_reserved_opcode_invalid_request_nak_qp_to_error() {
-    for op in [0x15u8, 0x18, 0x1A, 0x1C, 0x1D, 0x1F] {
+    for op in [0x15u8, 0x18, 0x1A, 0x1B, 0x1E, 0x1F] {
         let mut d = Duo::responder(2);
         deliver_raw(&mut d, 1, &raw_request(op, PSN_A));
         let p = d.take(1);
