@@ -13,7 +13,7 @@ use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR, SELEC
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
-use super::resources::{res_slot, ResKind};
+use super::resources::{res_slot, ResKind, MAX_RESOURCES};
 use super::{payload_len, reth_refused, InMsg, RqLogic, RqOutcome, RxCtx};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
@@ -296,7 +296,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 if reth.dma_len > (1u32 << 31) {
                     return self.invalid_request(psn, ctx, out);
                 }
-                if self.rd_atomic_resources_full() {
+                // rdma_rxe's requester does not count FLUSH against max_rd_atomic: refuse one
+                // only when the resource ring itself is full.
+                if self.pending_resources() >= MAX_RESOURCES as u64 {
                     return self.invalid_request(psn, ctx, out);
                 }
                 if mem.remote_flush(reth.rkey, range, access).is_err() {

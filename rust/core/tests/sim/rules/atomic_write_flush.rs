@@ -465,3 +465,52 @@ fn a19_uc_refuses_atomic_write_and_flush() {
         Err(PostError::InvalidWr)
     );
 }
+
+/// rdma_rxe's requester does not count FLUSH against max_rd_atomic, so the responder takes
+/// FLUSHes beyond max_dest_rd_atomic as long as it can keep their answers; an ATOMIC WRITE
+/// beyond it is an invalid request (as an RDMA Read or atomic).
+#[test]
+fn a19_flush_beyond_max_dest_rd_atomic_is_accepted() {
+    let mut d = Duo::responder_with(Opts {
+        max_dest_rd_atomic: 1,
+        ..Opts::default()
+    });
+    d.e[1]
+        .mem
+        .add_mr(FL, FL_VA, 4096, ACCESS_REMOTE_WRITE | ACCESS_FLUSH_GLOBAL);
+    qp_access(&mut d, ACCESS_FLUSH_GLOBAL);
+    for k in 0..3 {
+        let mut fl = req_reth(Opcode::RcFlush, PSN_A + k, FL, FL_VA, 64);
+        fl.feth = Some(Feth {
+            placement: PLACEMENT_GLOBAL,
+            selectivity: SELECT_RANGE,
+        });
+        d.deliver(1, &fl, &[], 1);
+    }
+    d.progress(1);
+    let r = d.take(1);
+    assert_eq!(r.len(), 3);
+    assert!(r
+        .iter()
+        .all(|p| p.0.bth.opcode == Opcode::RcRdmaReadResponseOnly));
+    assert_eq!(executed(&d), (0, 3));
+    let mut d = Duo::responder_with(Opts {
+        max_dest_rd_atomic: 1,
+        ..Opts::default()
+    });
+    for k in 0..2 {
+        let h = req_reth(
+            Opcode::RcAtomicWrite,
+            PSN_A + k,
+            RMT,
+            RMT_VA + 8 * u64::from(k),
+            8,
+        );
+        d.deliver(1, &h, &VALUE, 1);
+    }
+    let r = d.take(1);
+    assert!(is_nak(&r[0].0, NakCode::InvalidRequest));
+    assert_eq!(r[0].0.bth.psn, Psn::new(PSN_A + 1));
+    assert_eq!(d.state(1), QpState::Error);
+    assert_eq!(executed(&d), (1, 0));
+}
