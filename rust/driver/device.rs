@@ -142,11 +142,16 @@ impl IbDriver for RvrDevice {
             device_cap_flags: DeviceAttr::CAP_PORT_ACTIVE_EVENT
                 | DeviceAttr::CAP_SYS_IMAGE_GUID
                 | DeviceAttr::CAP_AUTO_PATH_MIG
+<<<<<<< HEAD
                 | DeviceAttr::CAP_MEM_MGT_EXTENSIONS
                 // IBA 1.5 ATOMIC WRITE and FLUSH, as rdma_rxe; not FLUSH_PERSISTENT: no MR is
                 // persistent memory.
                 | DeviceAttr::CAP_ATOMIC_WRITE
                 | DeviceAttr::CAP_FLUSH_GLOBAL,
+=======
+                | DeviceAttr::CAP_SRQ_RESIZE
+                | DeviceAttr::CAP_MEM_MGT_EXTENSIONS,
+>>>>>>> ca94584 (SRQ resize: Modify SRQ with IB_SRQ_MAX_WR for user and kernel SRQs, as rdma_rxe)
             kernel_cap_flags: DeviceAttr::KCAP_ALLOW_USER_UNREG,
             max_send_sge: super::qp::MAX_SGE as i32,
             max_recv_sge: super::qp::MAX_SGE as i32,
@@ -164,7 +169,7 @@ impl IbDriver for RvrDevice {
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH as i32,
             max_total_mcast_qp_attach: (mcast::MAX_GROUPS * mcast::MAX_QP_ATTACH) as i32,
             max_srq: 0x400,
-            max_srq_wr: 0x4000,
+            max_srq_wr: super::srq::MAX_SRQ_WR as i32,
             max_srq_sge: 27,
             max_fast_reg_page_list_len: 512,
             max_pkeys: 1,

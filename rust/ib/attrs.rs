@@ -121,6 +121,8 @@ impl DeviceAttr {
     pub const CAP_SYS_IMAGE_GUID: u64 = b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID as u64;
     /// `IB_DEVICE_AUTO_PATH_MIG`: Automatic Path Migration.
     pub const CAP_AUTO_PATH_MIG: u64 = b::ib_device_cap_flags_IB_DEVICE_AUTO_PATH_MIG as u64;
+    /// `IB_DEVICE_SRQ_RESIZE`: Modify SRQ may change `max_wr`.
+    pub const CAP_SRQ_RESIZE: u64 = b::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE as u64;
     /// `IB_DEVICE_MEM_MGT_EXTENSIONS`: fast registration (REG_MR) and invalidation (LOCAL_INV,
     /// Send with Invalidate) work requests, which kernel ULPs such as NVMe/RDMA require.
     pub const CAP_MEM_MGT_EXTENSIONS: u64 =

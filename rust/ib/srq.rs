@@ -24,8 +24,13 @@ pub trait SrqVerbs: PdVerbs + IbDriver {
         handle: SrqHandle,
         udata: Option<&mut Udata<'_>>,
     ) -> Result<Self::Srq>;
-    /// Modify SRQ: the attributes `mask` names.
-    fn modify_srq(srq: &Self::Srq, attr: &SrqAttr, mask: SrqAttrMask) -> Result;
+    /// Modify SRQ: the attributes `mask` names (`udata`: the request of a user caller).
+    fn modify_srq(
+        srq: &Self::Srq,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
+        udata: Option<&mut Udata<'_>>,
+    ) -> Result;
     /// Query SRQ.
     fn query_srq(srq: &Self::Srq) -> Result<SrqAttr>;
     /// Destroys an SRQ (ib_core has checked that no QP uses it).
@@ -176,19 +181,21 @@ unsafe extern "C" fn create_srq<T: SrqVerbs>(
 
 /// # Safety
 ///
-/// ib_core callback on a live SRQ of ours; `attr` is valid.
+/// ib_core callback on a live SRQ of ours; `attr` is valid, `udata` NULL or valid.
 unsafe extern "C" fn modify_srq<T: SrqVerbs>(
     ibsrq: *mut b::ib_srq,
     attr: *mut b::ib_srq_attr,
     mask: b::ib_srq_attr_mask,
-    _udata: *mut b::ib_udata,
+    udata: *mut b::ib_udata,
 ) -> c_int {
     from_result(|| {
         // SAFETY: `attr` is valid for reads per the callback contract.
         let attr = SrqAttr::from_raw(unsafe { &*attr });
         // SAFETY: the SRQ is live and initialised.
         let srq = unsafe { Obj::<b::ib_srq, T::Srq>::data(ibsrq) };
-        T::modify_srq(srq, &attr, SrqAttrMask(mask))?;
+        // SAFETY: `udata` is NULL (kernel caller) or valid for this call.
+        let mut udata = unsafe { Udata::from_raw(udata) };
+        T::modify_srq(srq, &attr, SrqAttrMask(mask), udata.as_mut())?;
         Ok(0)
     })
 }

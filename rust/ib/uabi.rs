@@ -54,6 +54,15 @@ pub struct CreateSrqResp {
     pub reserved: u32,
 }
 
+/// Request of `modify_srq` (`struct rxe_modify_srq_cmd`): where the answer of a resize goes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModifySrqCmd {
+    /// A user address for the new ring's [`MmapInfo`] (rxe answers a resize there, not in the
+    /// response buffer).
+    pub mmap_info_addr: u64,
+}
+
 /// Response of `create_ah` (`struct rxe_create_ah_resp`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -112,6 +121,10 @@ unsafe impl AsBytes for CreateQpResp {}
 unsafe impl AsBytes for CreateSrqResp {}
 // SAFETY: as above.
 unsafe impl AsBytes for CreateAhResp {}
+// SAFETY: as above.
+unsafe impl AsBytes for ModifySrqCmd {}
+// SAFETY: as above.
+unsafe impl FromBytes for ModifySrqCmd {}
 // SAFETY: as above.
 unsafe impl AsBytes for UverbsWc {}
 // SAFETY: as above.
@@ -212,6 +225,7 @@ const _: () = {
     assert!(size_of::<b::rxe_resize_cq_resp>() == 16);
     assert!(size_of::<CreateQpResp>() == 32 && size_of::<b::rxe_create_qp_resp>() == 32);
     assert!(size_of::<CreateSrqResp>() == 24 && size_of::<b::rxe_create_srq_resp>() == 24);
+    assert!(size_of::<ModifySrqCmd>() == 8 && size_of::<b::rxe_modify_srq_cmd>() == 8);
     assert!(size_of::<UverbsWc>() == 48 && size_of::<b::ib_uverbs_wc>() == 48);
     assert!(offset_of!(UverbsWc, ex) == 24 && offset_of!(UverbsWc, port_num) == 46);
     assert!(size_of::<b::rxe_queue_buf>() == QUEUE_HDR_SIZE);

@@ -8,6 +8,7 @@ use kernel::{
     error::to_result,
     prelude::*,
     transmute::{AsBytes, FromBytes},
+    uaccess::{UserPtr, UserSlice},
 };
 
 /// The user data of one verb call from user space (kernel callers have none).
@@ -77,6 +78,15 @@ impl<'a> Udata<'a> {
         let len = size_of::<T>().min(self.outlen());
         // SAFETY: `v` is `size_of::<T>() >= len` readable bytes without padding (`AsBytes`).
         to_result(unsafe { b::rvr_ib_copy_to_udata(self.0, core::ptr::from_ref(v).cast(), len) })
+    }
+
+    /// Writes `v` at the user address `addr` that the request named (rxe's `modify_srq` answers
+    /// a resize through such a pointer). `EFAULT` if the address is not writable.
+    pub fn respond_at<T: AsBytes>(&self, addr: u64, v: &T) -> Result {
+        let addr = usize::try_from(addr).map_err(|_| EFAULT)?;
+        UserSlice::new(UserPtr::from_addr(addr), size_of::<T>())
+            .writer()
+            .write(v)
     }
 
     /// The user context the call runs in.
