@@ -142,16 +142,12 @@ impl IbDriver for RvrDevice {
             device_cap_flags: DeviceAttr::CAP_PORT_ACTIVE_EVENT
                 | DeviceAttr::CAP_SYS_IMAGE_GUID
                 | DeviceAttr::CAP_AUTO_PATH_MIG
-<<<<<<< HEAD
+                | DeviceAttr::CAP_SRQ_RESIZE
                 | DeviceAttr::CAP_MEM_MGT_EXTENSIONS
                 // IBA 1.5 ATOMIC WRITE and FLUSH, as rdma_rxe; not FLUSH_PERSISTENT: no MR is
                 // persistent memory.
                 | DeviceAttr::CAP_ATOMIC_WRITE
                 | DeviceAttr::CAP_FLUSH_GLOBAL,
-=======
-                | DeviceAttr::CAP_SRQ_RESIZE
-                | DeviceAttr::CAP_MEM_MGT_EXTENSIONS,
->>>>>>> ca94584 (SRQ resize: Modify SRQ with IB_SRQ_MAX_WR for user and kernel SRQs, as rdma_rxe)
             kernel_cap_flags: DeviceAttr::KCAP_ALLOW_USER_UNREG,
             max_send_sge: super::qp::MAX_SGE as i32,
             max_recv_sge: super::qp::MAX_SGE as i32,
