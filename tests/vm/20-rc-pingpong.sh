@@ -62,8 +62,7 @@ main() {
 		pp_run ibv_rc_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -c -e -s 4096 -n 50
 	PP_CONNECT=10.77.0.2 check "smoke: ibv_rc_pingpong over IPv6 GIDs completes" \
 		pp_run ibv_rc_pingpong "${DUT}1" fd77::2 "${DUT}0" fd77::1 -c -s 8192 -n 20
-	check "a clean link needs no retransmission: ibv_rc_pingpong 100 x 64 KiB moves no retry counter" \
-		no_retransmission
+	retransmission_point
 	ktap_finished
 }
 
@@ -89,6 +88,26 @@ no_retransmission() {
 	after=$(retry_counters) || return 1
 	grep -q '=[0-9]' <<<"$after" || { echo "no counters read: $after"; return 1; }
 	diff <(echo "$before") <(echo "$after") && echo "retry counters unchanged: $(tr '\n' ' ' <<<"$after")"
+}
+
+# retransmission_point: no_retransmission as a test point. ibv_rc_pingpong fixes its Local ACK
+# Timeout at 14 (4.096 us * 2^14 = 67 ms); where one message (half an iteration) takes longer
+# than that (a debug kernel on a loaded machine), the requester rightly resends before the ACK
+# comes, so a moved counter there proves nothing: the point is skipped, with the timing.
+retransmission_point() {
+	local desc="a clean link needs no retransmission: ibv_rc_pingpong 100 x 64 KiB moves no retry counter"
+	local out usec
+	if out=$(no_retransmission 2>&1); then
+		ktap_test_pass "$desc"
+		return
+	fi
+	diag "$out"
+	usec=$(sed -n 's/.* = \([0-9]*\)\.[0-9]* usec\/iter.*/\1/p' <<<"$out" | tail -n 1)
+	if [ "${usec:-0}" -gt $((2 * 67109)) ]; then
+		ktap_test_skip "$desc: an iteration took $usec us, over twice the 67 ms ACK timeout"
+	else
+		ktap_test_fail "$desc"
+	fi
 }
 
 pp_iters() { if [ "$1" -ge 1048576 ]; then echo 4; elif [ "$1" -ge 65536 ]; then echo 10; else echo 50; fi; }
