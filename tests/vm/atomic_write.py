@@ -50,6 +50,7 @@ class QpEx(Qp):
 
     def __init__(self, dev, depth=16):
         self.dev = dev
+        self.qp_type = e.IBV_QPT_RC
         self.cq = CQ(dev.ctx, 64)
         cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
         attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap, pd=dev.pd,
