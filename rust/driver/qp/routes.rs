@@ -46,7 +46,7 @@ pub(crate) struct QpPaths {
     /// process context).
     pub(crate) need_route: bool,
     /// Datagram destinations without a route, to look up with the next lookup.
-    wanted: [Option<PathInfo>; WANTED],
+    wanted: Wanted,
 }
 
 impl QpPaths {
@@ -68,11 +68,9 @@ impl QpPaths {
     /// Asks for the route of datagram destination `path` unless one is cached (the oldest
     /// wish gives way when the list is full).
     pub(crate) fn want(&mut self, path: &PathInfo) {
-        if has_route(&self.routes, path) || self.wanted.iter().flatten().any(|p| p == path) {
-            return;
+        if !has_route(&self.routes, path) {
+            self.wanted.add(path);
         }
-        let i = self.wanted.iter().position(|p| p.is_none()).unwrap_or(0);
-        self.wanted[i] = Some(*path);
     }
 
     /// Whether a valid route to `path` is cached.
@@ -82,7 +80,7 @@ impl QpPaths {
 
     /// Whether the work item has routes to look up.
     pub(crate) fn lookup_due(&self) -> bool {
-        self.need_route || self.wanted.iter().any(|p| p.is_some())
+        self.need_route || self.wanted.0.iter().any(|p| p.is_some())
     }
 }
 
@@ -93,7 +91,7 @@ impl QpShared {
         let (a, wanted) = {
             let mut g = self.inner.lock();
             g.paths.need_route = false;
-            (g.core.query(), core::mem::take(&mut g.paths.wanted))
+            (g.core.query(), core::mem::take(&mut g.paths.wanted).0)
         };
         let mut paths = [PathInfo::EMPTY; 2 + WANTED];
         paths[0] = a.path;
