@@ -28,6 +28,7 @@ use super::{
     udata::Udata,
 };
 use crate::bindings as b;
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::prelude::*;
 
@@ -95,8 +96,11 @@ pub struct Ring {
     log2_elem: u32,
     /// Private copy of the producer index (meaningful when the kernel owns it).
     prod: u32,
-    /// Private copy of the consumer index (meaningful when the kernel owns it).
-    cons: u32,
+    /// Private copy of the consumer index (meaningful when the kernel owns it). A cell, so
+    /// that a QP can take receive WQEs while its completion path holds the ring to retire them.
+    cons: Cell<u32>,
+    /// The consumer index last published to the header (see [`Ring::retire_one`]).
+    published: Cell<u32>,
     /// Whether user space owns one of the indices (a mapped ring).
     user: bool,
 }
@@ -139,7 +143,8 @@ impl Ring {
             mask,
             log2_elem,
             prod: 0,
-            cons: 0,
+            cons: Cell::new(0),
+            published: Cell::new(0),
             user: udata.is_some(),
         })
     }
@@ -214,7 +219,7 @@ impl Ring {
     /// The consumer index: the private copy, or the user's, read with acquire and masked.
     fn consumer(&self) -> u32 {
         if self.kernel_owns_cons() {
-            self.cons
+            self.cons.get()
         } else {
             self.index(QUEUE_CONSUMER_OFF).load(Ordering::Acquire) & self.mask
         }
@@ -269,29 +274,41 @@ impl Ring {
     /// Does nothing if the ring is empty or the kernel does not own the consumer index.
     pub fn advance_consumer(&mut self) {
         if self.advance_consumer_private() {
-            self.index(QUEUE_CONSUMER_OFF)
-                .store(self.cons, Ordering::Release);
+            self.publish(self.cons.get());
         }
     }
 
     /// Consumes the element at the consumer index without publishing it (see
     /// [`Ring::publish_consumer`]); returns whether it advanced.
-    pub fn advance_consumer_private(&mut self) -> bool {
+    pub fn advance_consumer_private(&self) -> bool {
         if !self.kernel_owns_cons() || self.is_empty() {
             return false;
         }
-        self.cons = (self.cons + 1) & self.mask;
+        self.cons.set((self.cons.get() + 1) & self.mask);
         true
     }
 
     /// Publishes the consumer index lagging `outstanding` elements behind the private one: slots
-    /// pulled but not yet retired stay unavailable to the user producer (QP rings publish
-    /// `pulled - outstanding` so that user space never has more than the depth in flight).
-    pub fn publish_consumer(&mut self, outstanding: u32) {
-        if !self.kernel_owns_cons() {
-            return;
+    /// taken but not yet retired stay unavailable to the user producer, so user space never has
+    /// more than the ring's capacity in flight (a QP's receive ring).
+    pub fn publish_consumer(&self, outstanding: u32) {
+        if self.kernel_owns_cons() {
+            self.publish(self.cons.get().wrapping_sub(outstanding.min(self.mask)) & self.mask);
         }
-        let v = self.cons.wrapping_sub(outstanding.min(self.mask)) & self.mask;
+    }
+
+    /// Publishes one more element as retired (at most up to the private consumer index): call
+    /// it before the element's completion becomes visible, so that user space, seeing the
+    /// completion, finds its slot free.
+    pub fn retire_one(&self) {
+        let p = self.published.get();
+        if self.kernel_owns_cons() && p != self.cons.get() {
+            self.publish((p + 1) & self.mask);
+        }
+    }
+
+    fn publish(&self, v: u32) {
+        self.published.set(v);
         self.index(QUEUE_CONSUMER_OFF).store(v, Ordering::Release);
     }
 
@@ -333,7 +350,8 @@ impl Ring {
             unsafe { core::ptr::copy_nonoverlapping(src, dst, n) };
         }
         self.prod = count;
-        self.cons = 0;
+        self.cons.set(0);
+        self.published.set(0);
         self.index(QUEUE_CONSUMER_OFF).store(0, Ordering::Release);
         self.index(QUEUE_PRODUCER_OFF)
             .store(count, Ordering::Release);

@@ -260,11 +260,7 @@ impl QpShared {
             rnr = timers.expire(QpTimer::Rnr, now);
             timers.expire(QpTimer::RingPoll, now);
         }
-        {
-            // Taking WQEs sends nothing (`progress` below does): no routes needed.
-            let mut out = QpOut::new(self, true, timers, pending, &[], None);
-            user.pull(core, self, paths, &mut out);
-        }
+        user.pull(core, self, paths, timers, pending);
         let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]);
         let mut out = QpOut::new(
             self,
@@ -273,7 +269,8 @@ impl QpShared {
             pending,
             &user.inline[..],
             Some(&paths.routes),
-        );
+        )
+        .with_rq(user.rq.as_ref());
         if retransmit {
             core.timer_expired(now, Timer::Retransmit, &mut out);
         }
@@ -308,6 +305,7 @@ impl QpShared {
         if let Some(p) = missing {
             inner.paths.want(&p);
         }
+        inner.user.publish_rq(&inner.core);
         inner
             .user
             .schedule_poll(&inner.core, &mut inner.timers, now);

@@ -10,6 +10,7 @@ use super::timers::QpTimers;
 use super::transmit;
 use super::{Pending, QpShared};
 use crate::driver::counters::Counters;
+use crate::ib::queue::Ring;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
@@ -32,6 +33,8 @@ pub(crate) struct QpOut<'a> {
     pub(crate) need_route: bool,
     /// A datagram destination that had no route (the packet was dropped): to look up.
     pub(crate) missing_route: Option<PathInfo>,
+    /// A user QP's receive ring, whose WQEs each receive completion retires.
+    rq: Option<&'a Ring>,
 }
 
 impl<'a> QpOut<'a> {
@@ -53,7 +56,14 @@ impl<'a> QpOut<'a> {
             routes,
             need_route: false,
             missing_route: None,
+            rq: None,
         }
+    }
+
+    /// The same, for a QP whose receive WQEs come from the user ring `rq`.
+    pub(crate) fn with_rq(mut self, rq: Option<&'a Ring>) -> Self {
+        self.rq = rq;
+        self
     }
 
     /// The QP's number.
@@ -100,6 +110,11 @@ impl Outputs for QpOut<'_> {
     }
 
     fn complete(&mut self, cq: CqKind, wc: &Completion) -> Result<(), CqFull> {
+        if let (CqKind::Recv, Some(rq)) = (cq, self.rq) {
+            // rdma-core may post into the slot as soon as it sees the completion (as with
+            // rdma_rxe, whose responder retires the WQE before writing the CQE).
+            rq.retire_one();
+        }
         let notify = self.qp.cq(cq).push(wc, self.qp.wc_qp(), false)?;
         let i = match cq {
             CqKind::Send => 0,

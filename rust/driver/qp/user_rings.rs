@@ -9,7 +9,7 @@ use super::outputs::QpOut;
 use super::routes::QpPaths;
 use super::timers::{QpTimer, QpTimers};
 use super::user_wqe::{self, WqeError};
-use super::{CoreQp, QpShared};
+use super::{CoreQp, Pending, QpShared};
 use crate::ib::{qp::QpType as IbQpType, queue::Ring};
 use crate::rvcore::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::rvcore::qp::QpAttrs;
@@ -69,19 +69,47 @@ impl UserRings {
     }
 
     /// Takes the WQEs user space posted since the last look into the core: receives first (a
-    /// packet may need one). A datagram WQE whose destination has no route yet stays in the ring: `paths` asks for
-    /// the route, and the work item, which looks it up, pulls it again.
+    /// packet may need one). A datagram WQE whose destination has no route yet stays in the
+    /// ring: `paths` asks for the route, and the work item, which looks it up, pulls it again.
     pub(crate) fn pull(
         &mut self,
         core: &mut CoreQp,
         qp: &QpShared,
         paths: &mut QpPaths,
-        out: &mut QpOut<'_>,
+        timers: &mut QpTimers,
+        pending: &mut Pending,
     ) {
-        if let Some(rq) = self.rq.as_mut() {
-            pull_recv(core, rq, &mut self.elem, qp.max_recv_sge, out);
+        let Self {
+            sq,
+            rq,
+            elem,
+            inline,
+            sq_pulled,
+            ..
+        } = self;
+        // Taking WQEs sends nothing (`progress` does): no routes needed.
+        let mut out = QpOut::new(qp, true, timers, pending, &[], None).with_rq(rq.as_ref());
+        if let Some(rq) = rq.as_ref() {
+            pull_recv(core, rq, elem, qp.max_recv_sge, &mut out);
         }
-        let _ = pull_send(self, core, qp, paths, out);
+        if let Some(sq) = sq.as_mut() {
+            let mut send = SendPull {
+                sq,
+                elem,
+                inline,
+                pulled: sq_pulled,
+            };
+            let _ = pull_send(&mut send, core, qp, paths, &mut out);
+        }
+    }
+
+    /// Publishes the receive ring's consumer index behind the WQEs the core still holds (their
+    /// slots stay unavailable to user space until they complete).
+    pub(crate) fn publish_rq(&self, core: &CoreQp) {
+        if let Some(rq) = self.rq.as_ref() {
+            let held = u32::try_from(core.rq_logic().outstanding()).unwrap_or(u32::MAX);
+            rq.publish_consumer(held);
+        }
     }
 
     /// Starts, continues or stops the ring poll of a QP in `core`'s state.
@@ -114,7 +142,7 @@ impl UserRings {
 /// Takes user receive WQEs into the core while it has room.
 fn pull_recv(
     core: &mut CoreQp,
-    rq: &mut Ring,
+    rq: &Ring,
     elem: &mut KVec<u8>,
     max_sge: usize,
     out: &mut QpOut<'_>,
@@ -134,32 +162,37 @@ fn pull_recv(
                     break;
                 }
             }
-            Err((wr_id, _)) => bad_wqe(core, wr_id, CqKind::Recv, WcOpcode::Recv, out),
+            Err((wr_id, _)) => {
+                rq.advance_consumer_private();
+                bad_wqe(core, wr_id, CqKind::Recv, WcOpcode::Recv, out);
+                continue;
+            }
         }
-        rq.advance_consumer();
+        rq.advance_consumer_private();
     }
 }
 
 /// Takes user send WQEs into the core while it has room. `Err` if the QP's state refuses
 /// sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
+/// The parts of [`UserRings`] that taking send WQEs uses.
+struct SendPull<'a> {
+    sq: &'a mut Ring,
+    elem: &'a mut KVec<u8>,
+    inline: &'a mut KVec<u8>,
+    pulled: &'a mut u64,
+}
+
 fn pull_send(
-    rings: &mut UserRings,
+    rings: &mut SendPull<'_>,
     core: &mut CoreQp,
     qp: &QpShared,
     paths: &mut QpPaths,
     out: &mut QpOut<'_>,
 ) -> Result {
-    let UserRings {
-        sq,
-        elem,
-        inline,
-        sq_pulled: pulled,
-        ..
-    } = rings;
-    let Some(sq) = sq.as_mut() else {
-        return Ok(());
-    };
-    let inline_area = &mut inline[..];
+    let sq = &mut *rings.sq;
+    let elem = &mut *rings.elem;
+    let pulled = &mut *rings.pulled;
+    let inline_area = &mut rings.inline[..];
     let cap = u64::from(sq.capacity());
     let datagram = matches!(qp.qp_type, IbQpType::Ud | IbQpType::Gsi);
     while core.sq_logic().outstanding() < cap {
