@@ -28,8 +28,16 @@ main() {
 	wait_for "$RVRDMA_WAIT" has_gid rxe1 10.77.0.2 || fail_rest "rxe1's GID did not appear"
 	local gx
 	gx=$(sysfs_gid_index rxe1 "$(gid_full 10.77.0.2)" "RoCE v2")
-	check "mckey: rvrdma sender -> rdma_rxe receiver" mckey_run "$NS_A" 10.77.0.1 "$NS_B" 10.77.0.2
-	check "mckey: every datagram rdma_rxe sends reaches the rvrdma receiver" mckey_from_rxe
+	check "mckey: rvrdma sender -> rdma_rxe receiver" mckey_to_rxe
+	local out rc
+	out=$(mckey_from_rxe 2>&1)
+	rc=$?
+	diag "$out"
+	case $rc in
+	0) ktap_test_pass "mckey: every datagram rdma_rxe sends reaches the rvrdma receiver" ;;
+	4) ktap_test_skip "mckey: rdma_rxe's mckey sender put no datagram on the wire in 5 runs" ;;
+	*) ktap_test_fail "mckey: every datagram rdma_rxe sends reaches the rvrdma receiver" ;;
+	esac
 	check "ud_multicast: rvrdma sender -> rdma_rxe receivers" \
 		mcast_run "${DUT}0" "$GA" 10.77.0.1 rxe1 "$gx" "$NS_B" 10.77.0.2
 	check "ud_multicast: rdma_rxe sender -> rvrdma receivers" \
@@ -58,27 +66,55 @@ mckey_run() {
 	return "$rc"
 }
 
-# rdma_rxe's mckey sender puts only some of a burst on the wire (1 to 2 of 5 seen, rxe -> rxe
-# alike), so its receiver cannot wait for all of them: every datagram that reached rvA's UDP
-# layer must have reached the rvrdma QP.
+# mckey_to_rxe: mckey_run from rvrdma (rvA) to rdma_rxe (rvB), with rvrdma's packet count.
+mckey_to_rxe() {
+	local udp0 udp1 sent0 sent1 rc=0
+	udp0=$(udp_in "$NS_B")
+	sent0=$(link_stat "${DUT}0" sent_pkts)
+	mckey_run "$NS_A" 10.77.0.1 "$NS_B" 10.77.0.2 || rc=1
+	udp1=$(udp_in "$NS_B")
+	sent1=$(link_stat "${DUT}0" sent_pkts)
+	echo "rvrdma sent $((sent1 - sent0)) packets, $((udp1 - udp0)) datagrams reached rdma_rxe's netns;" \
+		"rvrdma: $(link_counters "${DUT}0" tx_no_route send_err)"
+	return "$rc"
+}
+
+# link_counters DEV NAME...: "NAME VALUE" for each counter.
+link_counters() {
+	local dev=$1 n
+	shift
+	for n in "$@"; do
+		printf '%s %s ' "$n" "$(link_stat "$dev" "$n")"
+	done
+}
+
+# mckey_from_rxe: mckey's sender posts its datagrams unsignaled and destroys its QP at once;
+# rdma_rxe sends from a work item, which by then has put 0 to 2 of the 20 on the wire (its own
+# sent_pkts, rxe -> rxe alike; rvrdma sends within the post), so the receiver cannot wait for all:
+# every datagram that reached rvA's UDP layer must have reached the rvrdma QP. Up to 5 runs, until
+# rdma_rxe sends something; 4 if it never does (nothing to check).
 mckey_from_rxe() {
-	local out rpid udp0 udp1 got0 got1
-	out=$(mktemp)
-	ip netns exec "$NS_A" timeout 60 stdbuf -oL mckey -m "$GROUP" -b 10.77.0.1 -C 20 >"$out" 2>&1 &
-	rpid=$!
-	wait_for 20 grep -q "receiving data transfers" "$out" ||
-		{ echo "receiver did not join"; cat "$out"; kill "$rpid"; return 1; }
-	udp0=$(udp_in "$NS_A")
-	got0=$(link_stat "${DUT}0" rcvd_pkts)
-	ip netns exec "$NS_B" timeout 60 mckey -m "$GROUP" -b 10.77.0.2 -s -C 20 >/dev/null 2>&1
-	sleep 1
-	udp1=$(udp_in "$NS_A")
-	got1=$(link_stat "${DUT}0" rcvd_pkts)
-	kill "$rpid" 2>/dev/null
-	wait "$rpid" 2>/dev/null
-	rm -f "$out"
-	echo "rdma_rxe put $((udp1 - udp0)) of 20 datagrams on the wire; rvrdma took $((got1 - got0))"
-	[ "$((udp1 - udp0))" -gt 0 ] && [ "$((got1 - got0))" -eq "$((udp1 - udp0))" ]
+	local out rpid udp0 udp1 got0 got1 i
+	for i in 1 2 3 4 5; do
+		out=$(mktemp)
+		ip netns exec "$NS_A" timeout 60 stdbuf -oL mckey -m "$GROUP" -b 10.77.0.1 -C 20 >"$out" 2>&1 &
+		rpid=$!
+		wait_for 20 grep -q "receiving data transfers" "$out" ||
+			{ echo "receiver did not join"; cat "$out"; kill "$rpid"; return 1; }
+		udp0=$(udp_in "$NS_A")
+		got0=$(link_stat "${DUT}0" rcvd_pkts)
+		ip netns exec "$NS_B" timeout 60 mckey -m "$GROUP" -b 10.77.0.2 -s -C 20 >/dev/null 2>&1
+		sleep 1
+		udp1=$(udp_in "$NS_A")
+		got1=$(link_stat "${DUT}0" rcvd_pkts)
+		kill "$rpid" 2>/dev/null
+		wait "$rpid" 2>/dev/null
+		rm -f "$out"
+		echo "run $i: rdma_rxe put $((udp1 - udp0)) of 20 datagrams on the wire; rvrdma took $((got1 - got0))"
+		[ "$((got1 - got0))" -eq "$((udp1 - udp0))" ] || return 1
+		[ "$((udp1 - udp0))" -gt 0 ] && return 0
+	done
+	return 4
 }
 
 # udp_in NS: the UDP datagrams NS has received (nstat's absolute counter).

@@ -358,6 +358,14 @@ impl QpVerbs for RvrDevice {
                     return Err(EINVAL);
                 }
                 qp.0.drive(Entry::Doorbell);
+                // A datagram to a destination without a route yet waits in the ring: look the
+                // route up here rather than in the work item, so that the WQEs leave before the
+                // call returns (a program may post unsignaled datagrams and destroy the QP at
+                // once, as mckey's sender does).
+                if qp.0.inner.lock().paths.lookup_due() {
+                    qp.0.refresh_routes();
+                    qp.0.drive(Entry::Doorbell);
+                }
                 Ok(())
             }
         }
