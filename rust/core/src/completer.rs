@@ -573,6 +573,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             src_qp: 0,
             flags: 0,
             network_hdr_type: 0,
+            solicited: false,
         }
     }
 

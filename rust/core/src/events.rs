@@ -115,6 +115,17 @@ pub struct Completion {
     pub flags: u32,
     /// [`NETWORK_IPV4`] or [`NETWORK_IPV6`] with [`WC_WITH_NETWORK_HDR_TYPE`], else 0.
     pub network_hdr_type: u8,
+    /// A receive of a message whose last packet carried BTH:SE (the sender asked for a
+    /// solicited event). A CQ armed for solicited completions notifies on these and on every
+    /// unsuccessful completion (IBA 11.4.2.2), see [`Completion::wakes_solicited`].
+    pub solicited: bool,
+}
+
+impl Completion {
+    /// Whether the completion satisfies a CQ armed for the next solicited completion.
+    pub fn wakes_solicited(&self) -> bool {
+        self.solicited || self.status != WcStatus::Success
+    }
 }
 
 /// The completion queue had no room (Table 17-7 class G).

@@ -852,7 +852,8 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     });
                 }
                 if last {
-                    h.bth.solicited = wr.flags.has(SendFlags::SOLICITED);
+                    // BTH:SE means something only where the responder completes a receive.
+                    h.bth.solicited = info.needs_rq_wqe && wr.flags.has(SendFlags::SOLICITED);
                     h.bth.ack_req = true;
                     wqe_done_sending = true;
                 }

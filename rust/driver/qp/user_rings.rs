@@ -270,6 +270,7 @@ fn bad_wqe(core: &mut CoreQp, wr_id: u64, kind: CqKind, opcode: WcOpcode, out: &
         src_qp: 0,
         flags: 0,
         network_hdr_type: 0,
+        solicited: false,
     };
     let _ = Outputs::complete(out, kind, &wc);
     let a = QpAttrs {

@@ -95,6 +95,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     src_qp: ctx.dest_qp,
                     flags: 0,
                     network_hdr_type: 0,
+                    solicited: false,
                 };
                 if self.retire_rq_head(&wc, out) == RqOutcome::CqOverflow {
                     return RqOutcome::CqOverflow;

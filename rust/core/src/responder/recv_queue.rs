@@ -3,6 +3,7 @@
 
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::memory::Memory;
+use crate::wire::Headers;
 use crate::wqe::{RecvSlot, RecvWr};
 
 use super::faults::Fault;
@@ -72,13 +73,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         true
     }
 
-    /// Completes the RQ WQE in use (the message ended).
+    /// Completes the RQ WQE in use (the message ended with `last`, whose BTH:SE makes the
+    /// completion solicited).
     pub(super) fn complete_recv<O: Outputs>(
         &mut self,
-        opcode: WcOpcode,
-        byte_len: u32,
-        imm_or_rkey: u32,
-        flags: u32,
+        (opcode, byte_len): (WcOpcode, u32),
+        (imm_or_rkey, flags): (u32, u32),
+        last: &Headers,
         ctx: &RxCtx<'_>,
         out: &mut O,
     ) -> RqOutcome {
@@ -95,6 +96,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             src_qp: ctx.dest_qp,
             flags,
             network_hdr_type: 0,
+            solicited: last.bth.solicited,
         };
         self.retire_rq_head(&wc, out)
     }
@@ -129,6 +131,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 src_qp: 0,
                 flags: 0,
                 network_hdr_type: 0,
+                solicited: false,
             };
             if self.retire_rq_head(&wc, out) == RqOutcome::CqOverflow {
                 return RqOutcome::CqOverflow;

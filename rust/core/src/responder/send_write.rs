@@ -70,7 +70,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 flags = WC_WITH_INVALIDATE;
             }
             self.next_msn();
-            let r = self.complete_recv(WcOpcode::Recv, end, imm_or_rkey, flags, ctx, out);
+            let r = self.complete_recv((WcOpcode::Recv, end), (imm_or_rkey, flags), h, ctx, out);
             if r != RqOutcome::Ok {
                 return r;
             }
@@ -134,10 +134,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             self.next_msn();
             if let Some(i) = imm {
                 let r = self.complete_recv(
-                    WcOpcode::RecvRdmaWithImm,
-                    len,
-                    i.imm,
-                    WC_WITH_IMM,
+                    (WcOpcode::RecvRdmaWithImm, len),
+                    (i.imm, WC_WITH_IMM),
+                    h,
                     ctx,
                     out,
                 );

@@ -102,6 +102,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             } else {
                 crate::events::NETWORK_IPV6
             },
+            solicited: h.bth.solicited,
         };
         let r = self.retire_rq_head(&wc, out);
         if r == RqOutcome::Ok {

@@ -18,5 +18,6 @@ mod regressions;
 mod remote_access;
 mod requester;
 mod retries;
+mod solicited;
 mod state;
 mod uc_ud;

@@ -374,3 +374,27 @@ fn ud_multicast_reaches_ud_qps_only() {
     assert!(rc.take(1).is_empty(), "no NAK either");
     assert_eq!(rc.state(1), QpState::Rts);
 }
+
+/// BTH:SE travels on a UD Send as on RC (IBA 9.2.1): the receive completion is solicited.
+#[test]
+fn ud_solicited_send_gives_a_solicited_receive() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    d.post_recv(1, 1024).expect("recv");
+    d.post_recv(1, 1024).expect("recv");
+    let mut wr = ud_send(1, 100, 0x2222);
+    wr.flags.0 |= rvrdma_core::wqe::SendFlags::SOLICITED;
+    d.post(0, wr).expect("post");
+    d.post(0, ud_send(2, 100, 0x2222)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    assert_eq!(
+        p.iter()
+            .map(|(h, _, _)| h.bth.solicited)
+            .collect::<Vec<_>>(),
+        [true, false]
+    );
+    d.deliver_all(1, &p);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(c.len(), 2);
+    assert!(c[0].solicited && !c[1].solicited);
+}
