@@ -150,21 +150,7 @@ impl SrqShared {
         let wr = match queue.as_mut() {
             None => None,
             Some(Queue::Kernel(k)) => k.pop(),
-            Some(Queue::User(r)) => {
-                let mut got = None;
-                while let Some(e) = elem.get_mut(..r.elem_size()) {
-                    if !r.peek_copy(e) {
-                        break;
-                    }
-                    let parsed = user_wqe::parse_recv(e, self.max_sge);
-                    r.advance_consumer();
-                    if let Ok(wr) = parsed {
-                        got = Some(wr);
-                        break;
-                    }
-                }
-                got
-            }
+            Some(Queue::User(r)) => take_user(r, elem, self.max_sge),
         };
         let count = queue.as_ref().map_or(0, Queue::count);
         let fire = wr.is_some() && *limit != 0 && count < *limit;
@@ -178,6 +164,19 @@ impl SrqShared {
     pub fn limit_reached(&self) {
         self.handle.dispatch_event(EVENT_SRQ_LIMIT_REACHED);
     }
+}
+
+/// Takes the next WQE of a user SRQ ring. One that does not parse is still taken, as a
+/// [`RecvWr::malformed`]: the message that needed it fails with a Local QP Operation Error
+/// instead of the WQE vanishing without a completion.
+fn take_user(r: &mut Ring, elem: &mut KVec<u8>, max_sge: usize) -> Option<RecvWr> {
+    let e = elem.get_mut(..r.elem_size())?;
+    if !r.peek_copy(e) {
+        return None;
+    }
+    let wr = user_wqe::parse_recv(e, max_sge).unwrap_or_else(|(id, _)| RecvWr::malformed(id));
+    r.advance_consumer();
+    Some(wr)
 }
 
 /// rvrdma's data of an SRQ.
@@ -385,6 +384,29 @@ mod tests {
         assert_eq!(depth(&s), 15);
         let ids = drain(&mut s);
         assert!(ids.iter().copied().eq(24..35));
+    }
+
+    /// A user SRQ WQE that does not parse (more SGEs than the SRQ allows) is taken as a
+    /// malformed WR with its wr_id, not skipped; the WQE behind it comes next, intact.
+    #[test]
+    fn unparsable_user_wqe_is_taken_as_malformed() {
+        let esz = user_wqe::RECV_WQE_HEADER + 2 * user_wqe::SGE_SIZE;
+        let mut r = Ring::new_kernel(RingDir::FromUser, 4, esz).unwrap();
+        let mut wqe = KVec::from_elem(0u8, r.elem_size(), GFP_KERNEL).unwrap();
+        for (id, nsge) in [(41u64, 5u32), (42, 1)] {
+            wqe[..8].copy_from_slice(&id.to_ne_bytes());
+            let at = crate::ib::uabi::recv_wqe::DMA_NUM_SGE;
+            wqe[at..at + 4].copy_from_slice(&nsge.to_ne_bytes());
+            assert!(r.produce(&wqe).is_ok());
+        }
+        let mut elem = KVec::from_elem(0u8, r.elem_size(), GFP_KERNEL).unwrap();
+        let bad = take_user(&mut r, &mut elem, 1).unwrap();
+        assert_eq!(bad.wr_id, 41);
+        assert!(bad.sg.total_len().is_none());
+        let good = take_user(&mut r, &mut elem, 1).unwrap();
+        assert_eq!(good.wr_id, 42);
+        assert!(good.sg.total_len().is_some());
+        assert!(take_user(&mut r, &mut elem, 1).is_none());
     }
 
     /// Every refusal is EINVAL and leaves the queue, its WQEs and the limit as they were:

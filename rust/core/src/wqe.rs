@@ -288,6 +288,24 @@ pub struct RecvWr {
     pub sg: SgList,
 }
 
+impl RecvWr {
+    /// A receive WQE the shell could not parse (a malformed WQE of a user SRQ, which the QP
+    /// takes only when a message needs it): its scatter list's total length does not fit in 32
+    /// bits, so the responder fails the message it was taken for as a malformed WQE (a Local
+    /// QP Operation Error completion with `wr_id`; on RC also a Remote Operational Error NAK).
+    pub fn malformed(wr_id: u64) -> RecvWr {
+        let huge = Sge {
+            addr: 0,
+            length: u32::MAX,
+            lkey: 0,
+        };
+        RecvWr {
+            wr_id,
+            sg: SgList::from_slice(&[huge, huge]).unwrap_or(SgList::EMPTY),
+        }
+    }
+}
+
 /// Slot index of the WQE with monotonic counter `counter` in a work queue ring of `depth`
 /// slots (`counter % depth`); `None` for a queue of depth 0.
 pub fn ring_slot(counter: u64, depth: usize) -> Option<usize> {

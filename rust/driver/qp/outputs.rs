@@ -115,7 +115,10 @@ impl Outputs for QpOut<'_> {
             // rdma_rxe, whose responder retires the WQE before writing the CQE).
             rq.retire_one();
         }
-        let notify = self.qp.cq(cq).push(wc, self.qp.wc_qp(), wc.wakes_solicited())?;
+        let notify = self
+            .qp
+            .cq(cq)
+            .push(wc, self.qp.wc_qp(), wc.wakes_solicited())?;
         let i = match cq {
             CqKind::Send => 0,
             CqKind::Recv => 1,

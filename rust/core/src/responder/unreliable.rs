@@ -73,11 +73,11 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let plen = payload_len(payload);
         let need = plen.saturating_add(GRH_LEN);
         // The GRH and the payload behind it either both fit or nothing is written.
-        let placed = if need > wr.sg.total_len().unwrap_or(0) {
-            Err(Fault::LENGTH)
-        } else {
-            place_recv(mem, &wr, 0, &ctx.net.grh)
-                .and_then(|_| place_recv(mem, &wr, GRH_LEN, payload))
+        let placed = match wr.sg.total_len() {
+            None => Err(Fault::MALFORMED_WQE),
+            Some(room) if need > room => Err(Fault::LENGTH),
+            Some(_) => place_recv(mem, &wr, 0, &ctx.net.grh)
+                .and_then(|_| place_recv(mem, &wr, GRH_LEN, payload)),
         };
         let status = match placed {
             Ok(_) => WcStatus::Success,

@@ -206,6 +206,23 @@ fn seed001_class_a_malformed_rq_wqe_flushes_rq_and_sq() {
     assert_eq!(d.e[1].out.send_cqes[0].status, WcStatus::WrFlushErr);
 }
 
+/// A user SRQ WQE the driver cannot parse reaches the core as `RecvWr::malformed`: the
+/// message that takes it fails as class A, like any malformed receive WQE.
+#[test]
+fn seed001_class_a_unparsable_srq_wqe_is_a_malformed_wqe() {
+    let mut d = Duo::responder(0);
+    let e = &mut d.e[1];
+    e.qp.post_recv(&RecvWr::malformed(78), &mut e.out)
+        .expect("post");
+    d.take(1);
+    d.deliver(1, &req(Opcode::RcSendOnly, PSN_A), &[1, 2], 1);
+    let p = d.take(1);
+    assert!(is_nak(&p[0].0, NakCode::RemoteOperationalError));
+    assert_eq!(d.state(1), QpState::Error);
+    let rc = &d.e[1].out.recv_cqes;
+    assert_eq!((rc[0].wr_id, rc[0].status), (78, WcStatus::LocQpOpErr));
+}
+
 #[test]
 fn seed001_class_d_invalid_duplicate_atomic_silently_dropped() {
     let mut d = Duo::responder(0);

@@ -398,3 +398,22 @@ fn ud_solicited_send_gives_a_solicited_receive() {
     assert_eq!(c.len(), 2);
     assert!(c[0].solicited && !c[1].solicited);
 }
+
+/// A UD receive that takes an unparsable SRQ WQE (`RecvWr::malformed`) completes with a Local
+/// QP Operation Error, as the RC responder's class A; the next datagram finds the next WQE.
+#[test]
+fn ud_unparsable_srq_wqe_completes_with_a_local_qp_operation_error() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    let e = &mut d.e[1];
+    e.qp.post_recv(&rvrdma_core::wqe::RecvWr::malformed(9), &mut e.out)
+        .expect("post");
+    d.post_recv(1, 1024).expect("recv");
+    d.post(0, ud_send(1, 100, 0x2222)).expect("post");
+    d.post(0, ud_send(2, 100, 0x2222)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    d.deliver_all(1, &p);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!((c[0].wr_id, c[0].status), (9, WcStatus::LocQpOpErr));
+    assert_eq!((c[1].status, c[1].byte_len), (WcStatus::Success, 140));
+}
