@@ -83,6 +83,8 @@ pub struct Opts {
     pub timeout: u8,
     /// P_Keys of node 0's and node 1's QP (the values of their pkey_index).
     pub pkeys: [u16; 2],
+    /// Path MTU of both QPs, as IB encodes it (1 = 256 bytes, the default; 5 = 4096).
+    pub path_mtu: u8,
 }
 
 impl Default for Opts {
@@ -100,6 +102,7 @@ impl Default for Opts {
             psns: (PSN_A, PSN_B),
             timeout: 8,
             pkeys: [0xFFFF; 2],
+            path_mtu: 1,
         }
     }
 }
@@ -192,10 +195,15 @@ impl Duo {
     /// A connection at rest, ready for work requests: node 1 has `recvs` receives posted
     /// before RTR and both initial ACKs have arrived.
     pub fn running(recvs: usize) -> Duo {
-        let mut d = Duo::new(Opts {
+        Duo::running_with(Opts {
             pre_rtr_recvs: [0, recvs],
             ..Opts::default()
-        });
+        })
+    }
+
+    /// [`Duo::running`] with other options.
+    pub fn running_with(o: Opts) -> Duo {
+        let mut d = Duo::new(o);
         d.pump();
         d
     }
@@ -248,7 +256,7 @@ impl Duo {
         let a = QpAttrs {
             qp_state: QpState::Rtr,
             path: self.e[i].paths[0],
-            path_mtu: 1,
+            path_mtu: o.path_mtu,
             dest_qp_num: 0x11 + (1 - i) as u32,
             rq_psn: if i == 0 { o.psns.1 } else { o.psns.0 },
             max_dest_rd_atomic: o.max_dest_rd_atomic,
