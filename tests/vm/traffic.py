@@ -1116,6 +1116,9 @@ class Traffic:
         while (todo and not self.fatal) or self.outstanding or self.landing:
             if self.landing:
                 self.land()
+            if todo and self.args.until and os.path.exists(self.args.until):
+                self.info("%s exists: %d operations left unposted" % (self.args.until, len(todo)))
+                todo.clear()
             while todo and not self.fatal and \
                     len(self.outstanding) + len(self.landing) < self.args.window:
                 if not self.post(todo[0]):
@@ -1344,6 +1347,9 @@ def main():
     p.add_argument("--seed", type=int, help="replay the run of this seed")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds without any completion before giving up (default 60)")
+    p.add_argument("--until", metavar="FILE",
+                   help="stop posting once FILE exists (what is in flight completes and is "
+                   "checked, and the MRs compared whole): a run as long as something else")
     p.add_argument("--inject", default="", metavar="KINDS",
                    help="self-test: corrupt what the checks read, once per kind (%s); the run "
                    "must then fail" % ",".join(INJECT_KINDS))

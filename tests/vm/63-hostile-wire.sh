@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A hostile wire: while traffic.py moves data-checked traffic between rvr0 (rvA) and rvr1 (rvB)
+# over RC QP pairs, tests/vm/roce_fuzz.py sends crafted RoCEv2 packets with a valid ICRC from
+# both namespaces (random opcodes, PSNs, flags, header fields, lengths, truncations; most aimed
+# at the victims' QP numbers with their real peer's address). Then:
+#  - probes to a QP nobody has were counted as for no QP (so the fuzzer's ICRC is valid and its
+#    packets reached the transport), and the packets with a wrong ICRC exactly as ICRC errors;
+#  - every UDP datagram each namespace received is accounted for by exactly one device counter
+#    (rcvd_pkts, rx_malformed, icrc_errors, rx_no_qp);
+#  - the victims either finished with every byte right or stopped at an error completion (a
+#    forged NAK or response inside a QP's window may move it to Error, as the spec allows);
+#    never wrong data;
+#  - a fresh connection works, and the kernel log is clean.
+# RVRDMA_FUZZ_COUNT sets the packets per direction (default 50000: 100,000 in all).
+. "$(dirname "$0")/lib.sh"
+
+COUNT=${RVRDMA_FUZZ_COUNT:-50000}
+PROBES=25
+BAD=25
+DIR=$(mktemp -d)
+STOP=$DIR/stop
+
+main() {
+	ktap_print_header
+	ktap_set_plan 8
+	[ "$RVRDMA_LINK_TYPE" = rvrdma ] || skip_all "the counters checked are rvrdma's"
+	local t0
+	t0=$(klog_mark "63-hostile-wire start")
+	dut_setup 1
+	pair_up
+	snap S0
+	# The victims: 4 RC QP pairs, both directions, until the fuzzers are done.
+	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
+		--qps 4 --random 5000 --sizes 1,63,1024,3079,65536 --until "$STOP" \
+		--timeout "$((60 * ${RVRDMA_TIME_SCALE:-1}))" >"$DIR/victim.txt" 2>&1 &
+	local vpid=$! qa qb
+	wait_for 120 rts_qps "${DUT}1" 4 || fail_rest "the victims' QPs did not reach RTS: $(tail -5 "$DIR/victim.txt")"
+	qa=$(rts_qps "${DUT}0" 4)
+	qb=$(rts_qps "${DUT}1" 4)
+	diag "victim QPs: ${DUT}0 $qa, ${DUT}1 $qb"
+	in_a "$PY" "$RVRDMA_TESTS_DIR/roce_fuzz.py" --src 10.77.0.1 --dst 10.77.0.2 --qpns "$qb" \
+		--count "$COUNT" --probe "$PROBES" --bad-icrc "$BAD" >"$DIR/fuzz-a.txt" 2>&1 &
+	local fa=$!
+	in_b "$PY" "$RVRDMA_TESTS_DIR/roce_fuzz.py" --src 10.77.0.2 --dst 10.77.0.1 --qpns "$qa" \
+		--count "$COUNT" --probe "$PROBES" --bad-icrc "$BAD" >"$DIR/fuzz-b.txt" 2>&1 &
+	local fb=$! t1=$SECONDS rc_a=0 rc_b=0
+	wait "$fa" || rc_a=$?
+	wait "$fb" || rc_b=$?
+	diag "fuzzers: $((SECONDS - t1)) s; rvA -> rvB: $(tail -1 "$DIR/fuzz-a.txt") ($(head -1 "$DIR/fuzz-a.txt"));" \
+		"rvB -> rvA: $(tail -1 "$DIR/fuzz-b.txt") ($(head -1 "$DIR/fuzz-b.txt"))"
+	check "both fuzzers sent all $((2 * COUNT)) packets (plus probes and bad ICRCs)" \
+		fuzz_sent "$rc_a" "$rc_b"
+	touch "$STOP"
+	local vrc=0
+	wait "$vpid" || vrc=$?
+	# Quiet: nothing in flight, so every counter is final.
+	sleep 2
+	snap S1
+	check "the probes (valid ICRC, no such QP) were counted as for no QP on both devices" probes_counted
+	check "the packets with a wrong ICRC were counted exactly as ICRC errors" bad_icrc_counted
+	check "every datagram each netns received is counted by exactly one device counter" accounted
+	diag "$(counters_table)"
+	check "the victims' data was never wrong: they finished clean or stopped at an error completion" \
+		victims_ok "$vrc"
+	check "a fresh connection after the fuzz moves data-checked traffic" \
+		timeout "$((300 * ${RVRDMA_TIME_SCALE:-1}))" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --qps 2 --random 100 \
+		--sizes 1,1024,65536
+	check "rmmod rvrdma and load again after the fuzz" reload
+	check "no kernel report during the fuzz (lockdep, KASAN, refcount, hung task)" \
+		klog_clean_since "$t0"
+	ktap_finished
+}
+
+# rts_qps DEV N: prints DEV's RC QP numbers in RTS (comma separated), fails with fewer than N.
+rts_qps() {
+	local q
+	q=$(rdma -j resource show qp link "$1/1" | "$PY" -c '
+import json, sys
+qps = [str(q["lqpn"]) for q in json.load(sys.stdin) if q.get("state") == "RTS" and q.get("type") == "RC"]
+print(",".join(qps))')
+	[ "$(tr ',' '\n' <<<"$q" | grep -c .)" -ge "$2" ] || return 1
+	echo "$q"
+}
+
+COUNTERS=(rcvd_pkts rx_malformed icrc_errors rx_no_qp duplicate_request out_of_seq_request
+	seq_naks_sent duplicate_responses qp_dropped pkey_violations retransmitted_pkts)
+
+# snap NAME: NAME_udpa/NAME_udpb (UdpInDatagrams of rvA, rvB) and NAME[dev:counter].
+snap() {
+	declare -gA "$1"
+	local -n s=$1
+	local d n
+	s["udpa"]=$(udp_in "$NS_A")
+	s["udpb"]=$(udp_in "$NS_B")
+	for d in "${DUT}0" "${DUT}1"; do
+		for n in "${COUNTERS[@]}"; do
+			s["$d:$n"]=$(link_stat "$d" "$n")
+		done
+	done
+}
+
+# delta DEV COUNTER
+delta() { echo "$((${S1["$1:$2"]} - ${S0["$1:$2"]}))"; }
+
+udp_in() {
+	ip netns exec "$1" nstat -a -z UdpInDatagrams | awk '/UdpInDatagrams/ { print $2 }'
+}
+
+fuzz_sent() {
+	[ "$1" -eq 0 ] && [ "$2" -eq 0 ] || { cat "$DIR"/fuzz-*.txt | tail -20; return 1; }
+	grep -q "^sent $COUNT " "$DIR/fuzz-a.txt" && grep -q "^sent $COUNT " "$DIR/fuzz-b.txt"
+}
+
+probes_counted() {
+	local d
+	for d in "${DUT}0" "${DUT}1"; do
+		echo "$d: rx_no_qp +$(delta "$d" rx_no_qp), icrc_errors +$(delta "$d" icrc_errors)"
+		[ "$(delta "$d" rx_no_qp)" -ge "$PROBES" ] || return 1
+	done
+}
+
+bad_icrc_counted() {
+	local d
+	for d in "${DUT}0" "${DUT}1"; do
+		echo "$d: icrc_errors +$(delta "$d" icrc_errors), $BAD sent"
+		[ "$(delta "$d" icrc_errors)" -eq "$BAD" ] || return 1
+	done
+}
+
+# accounted: for each side, the UDP datagrams its netns took in = the packets the device
+# counted as received, malformed, bad ICRC or for no QP (each datagram is exactly one of them).
+accounted() {
+	local d udp sum rc=0
+	for d in "${DUT}0:udpa" "${DUT}1:udpb"; do
+		udp=$((${S1["${d#*:}"]} - ${S0["${d#*:}"]}))
+		d=${d%:*}
+		sum=$(($(delta "$d" rcvd_pkts) + $(delta "$d" rx_malformed) + $(delta "$d" icrc_errors) +
+			$(delta "$d" rx_no_qp)))
+		echo "$d: $udp UDP datagrams in, $sum counted (rcvd_pkts +$(delta "$d" rcvd_pkts)," \
+			"rx_malformed +$(delta "$d" rx_malformed), icrc_errors +$(delta "$d" icrc_errors)," \
+			"rx_no_qp +$(delta "$d" rx_no_qp))"
+		[ "$udp" -gt 0 ] && [ "$udp" -eq "$sum" ] || rc=1
+	done
+	return "$rc"
+}
+
+counters_table() {
+	local n
+	echo "counter deltas during the fuzz (${DUT}0 / ${DUT}1):"
+	for n in "${COUNTERS[@]}"; do
+		printf '  %-22s %10s %10s\n' "$n" "$(delta "${DUT}0" "$n")" "$(delta "${DUT}1" "$n")"
+	done
+}
+
+# victims_ok RC: traffic.py passed, or its first failure is an error completion (a forged
+# NAK/response may legally move a QP to Error); a data, length or ordering failure is not.
+victims_ok() {
+	local first
+	tail -15 "$DIR/victim.txt"
+	[ "$1" -eq 0 ] && return 0
+	first=$(grep -m1 '^FAIL' "$DIR/victim.txt")
+	[ -n "$first" ] || return 1
+	[[ $first =~ completion\ status ]]
+}
+
+reload() {
+	topo_cleanup
+	dut_unload || return 1
+	dut_setup 1
+	link_add "${DUT}0" veth0
+}
+
+trap 'touch "$STOP"; rm -rf "$DIR"; topo_cleanup' EXIT
+main "$@"
