@@ -31,16 +31,11 @@ main() {
 	pair_up
 	run_points $((POINTS + 3)) "atomic_write.py rvrdma -> rvrdma" timeout 300 \
 		"$PY" "$RVRDMA_TESTS_DIR/atomic_write.py" "${DUT}0" "$GA" "${DUT}1" "$GB" --caps "${DUT}0"
-	# rvr1 leaves rvB to rdma_rxe (one UDP 4791 socket per netns).
-	link_del "${DUT}1"
-	link_add rxe1 veth1 rxe || fail_rest "rdma link add rxe1: $LINK_OUT"
-	wait_for "$RVRDMA_WAIT" has_gid rxe1 10.77.0.2 || fail_rest "rxe1's GID did not appear"
-	local gx
-	gx=$(sysfs_gid_index rxe1 "$(gid_full 10.77.0.2)" "RoCE v2")
+	rxe_on_b
 	run_points "$POINTS" "atomic_write.py rvrdma -> rxe" timeout 300 \
-		"$PY" "$RVRDMA_TESTS_DIR/atomic_write.py" "${DUT}0" "$GA" rxe1 "$gx"
+		"$PY" "$RVRDMA_TESTS_DIR/atomic_write.py" "${DUT}0" "$GA" rxe1 "$GX"
 	run_points "$POINTS" "atomic_write.py rxe -> rvrdma" timeout 300 \
-		"$PY" "$RVRDMA_TESTS_DIR/atomic_write.py" rxe1 "$gx" "${DUT}0" "$GA"
+		"$PY" "$RVRDMA_TESTS_DIR/atomic_write.py" rxe1 "$GX" "${DUT}0" "$GA"
 	ktap_finished
 }
 

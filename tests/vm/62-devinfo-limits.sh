@@ -11,7 +11,7 @@ POINTS=11
 main() {
 	ktap_print_header
 	ktap_set_plan $((POINTS + 3))
-	local t0 gx
+	local t0
 	t0=$(klog_mark "62-devinfo-limits start")
 	dut_setup 1
 	link_add "${DUT}0" veth0 || fail_rest "rdma link add ${DUT}0: $LINK_OUT"
@@ -22,13 +22,11 @@ main() {
 	if [ "$RVRDMA_LINK_TYPE" = rxe ]; then
 		ktap_test_skip "side by side with rdma_rxe: the device under test is rdma_rxe"
 	else
-		link_add rxe1 veth1 rxe || fail_rest "rdma link add rxe1: $LINK_OUT"
-		wait_for "$RVRDMA_WAIT" has_gid rxe1 10.77.0.2 || fail_rest "rxe1's GID did not appear"
-		gx=$(sysfs_gid_index rxe1 "$(gid_full 10.77.0.2)" "RoCE v2")
+		rxe_on_b
 		check "ibv_devinfo -v of ${DUT}0 and rxe1, side by side" side_by_side "${DUT}0" rxe1
 		diag "$(cat "$TABLE")"
 		diag "the same limit checks on rdma_rxe (informative):"
-		diag "$(timeout 300 "$PY" "$RVRDMA_TESTS_DIR/limits.py" rxe1 "$gx" 2>&1 | sed 's/^/rdma_rxe: /')"
+		diag "$(timeout 300 "$PY" "$RVRDMA_TESTS_DIR/limits.py" rxe1 "$GX" 2>&1 | sed 's/^/rdma_rxe: /')"
 	fi
 	check "no kernel report during the limit checks" klog_clean_since "$t0"
 	ktap_finished

@@ -26,7 +26,7 @@ from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QPCap, QPEx, QPInitAttrEx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rcpair import ACCESS, Dev, Qp  # noqa: E402
+from rcpair import ACCESS, Dev, Qp, point  # noqa: E402
 
 # ib_user_verbs.h (rdma-core 44's verbs.h names neither the flush bits nor these device bits).
 DEVICE_FLUSH_GLOBAL = 1 << 38
@@ -36,13 +36,6 @@ ACCESS_FLUSH_GLOBAL = 1 << 8
 ACCESS_FLUSH_PERSISTENT = 1 << 9
 MR_SIZE = 65536
 
-points = 0
-
-
-def point(ok, desc, why=""):
-    global points
-    points += 1
-    print(("ok " + desc) if ok else "not ok %s: %s" % (desc, why))
 
 
 class QpEx(Qp):

@@ -337,6 +337,17 @@ pair_up() {
 	GB=$(sysfs_gid_index "${DUT}1" "$(gid_full 10.77.0.2)" "RoCE v2")
 }
 
+# rxe_on_b: ${DUT}1, if there, leaves veth1 (rvB) to rdma_rxe's rxe1 (one UDP 4791 socket per
+# netns); GX becomes rxe1's IPv4 RoCE v2 GID index. Otherwise fails every planned point.
+rxe_on_b() {
+	if dev_exists "${DUT}1"; then
+		link_del "${DUT}1"
+	fi
+	link_add rxe1 veth1 rxe || fail_rest "rdma link add rxe1: $LINK_OUT"
+	wait_for "$RVRDMA_WAIT" has_gid rxe1 10.77.0.2 || fail_rest "rxe1's GID did not appear"
+	GX=$(sysfs_gid_index rxe1 "$(gid_full 10.77.0.2)" "RoCE v2")
+}
+
 # link_stat DEV NAME: the counter NAME of DEV's port 1 (`rdma statistic`).
 link_stat() {
 	rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v n="$2" '$0 == n { getline; print; exit }'

@@ -11,6 +11,7 @@ RTS), max_pkeys (the P_Key index at INIT), the capability flags.
 Prints one "ok DESC" / "not ok DESC: WHY" line per point (see run_points in lib.sh).
 usage: limits.py DEV GID_INDEX"""
 import errno
+import os
 import sys
 
 import pyverbs.enums as e
@@ -21,6 +22,9 @@ from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rcpair import point  # noqa: E402
 
 # ibv_device_cap_flags (verbs.h values: rdma-core 44's pyverbs does not name them all) rvrdma
 # may set, with the guest test that proves each.
@@ -36,13 +40,6 @@ PROVEN = {
     1 << 24: "MEM_WINDOW_TYPE_2B: 60-memory-windows",
 }
 
-points = 0
-
-
-def point(ok, desc, why=""):
-    global points
-    points += 1
-    print(("ok " + desc) if ok else "not ok %s: %s" % (desc, why))
 
 
 def refused(fn):

@@ -39,6 +39,11 @@ def check(ok, what):
         sys.exit(1)
 
 
+def point(ok, desc, why=""):
+    """One test point for run_points (lib.sh): "ok DESC" or "not ok DESC: WHY"."""
+    print(("ok " + desc) if ok else "not ok %s: %s" % (desc, why), flush=True)
+
+
 class Dev:
     """An opened device with a PD and an MR (64 KiB unless `mr_size` says otherwise); `gid_index`
     names the port-1 GID its QPs use."""

@@ -22,7 +22,7 @@ from pyverbs.qp import QP, QPCap, QPInitAttr
 from pyverbs.wr import SGE, SendWR
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rcpair import Dev, Qp, event_fds  # noqa: E402
+from rcpair import Dev, Qp, event_fds, point  # noqa: E402
 
 # How long a CQ may stay silent before "no event" is believed (TCG, debug kernel included).
 QUIET_SECS = float(os.environ.get("RVRDMA_TIME_SCALE", "1")) * 1.0
@@ -55,13 +55,6 @@ class ChannelQp(Qp):
         return True
 
 
-points = 0
-
-
-def point(ok, desc, why=""):
-    global points
-    points += 1
-    print(("ok " + desc) if ok else "not ok %s: %s" % (desc, why))
 
 
 def main():
