@@ -7,6 +7,7 @@
 
 use super::dev_shared::{DevShared, UserAh};
 use super::device::RvrDevice;
+use super::limits::{Quota, Res};
 use crate::ib::{ah::AhVerbs, pd::Pd, qp::PathAttr, uabi::CreateAhResp, udata::Udata};
 use kernel::{prelude::*, sync::Arc};
 
@@ -20,6 +21,8 @@ pub struct RvrAh {
     pub pd_id: u32,
     /// The device whose user AH table holds a user AH.
     table: Option<Arc<DevShared>>,
+    /// Counts against the device's AH limit while the AH lives.
+    _quota: Quota,
 }
 
 impl AhVerbs for RvrDevice {
@@ -30,6 +33,7 @@ impl AhVerbs for RvrDevice {
             return Err(EINVAL);
         }
         let pd_id = pd.data().id;
+        let quota = Quota::take(&pd.device().data().shared, Res::Ah)?;
         let Some(u) = udata else {
             // A kernel AH (maybe atomic context): nothing to allocate or register.
             return Ok(RvrAh {
@@ -37,6 +41,7 @@ impl AhVerbs for RvrDevice {
                 ah_num: 0,
                 pd_id,
                 table: None,
+                _quota: quota,
             });
         };
         let shared = pd.device().data().shared.clone();
@@ -56,6 +61,7 @@ impl AhVerbs for RvrDevice {
             ah_num,
             pd_id,
             table: Some(shared),
+            _quota: quota,
         })
     }
 

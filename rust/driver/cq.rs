@@ -10,6 +10,7 @@
 //! run concurrently and never in the caller's call chain.
 
 use super::device::RvrDevice;
+use super::limits::{Quota, Res};
 use crate::events::{Completion, CqFull};
 use crate::ib::{
     cq::{
@@ -87,6 +88,8 @@ pub struct CqShared {
     users: AtomicU32,
     /// Whether user space polls this CQ.
     is_user: bool,
+    /// Counts against the device's CQ limit while the CQ lives.
+    _quota: Quota,
 }
 
 impl_has_work! {
@@ -184,7 +187,7 @@ impl CqVerbs for RvrDevice {
     type Cq = Arc<CqShared>;
 
     fn create_cq(
-        _dev: &Device<Self>,
+        dev: &Device<Self>,
         new: NewCq,
         attr: &CqAttr,
         udata: Option<&mut Udata<'_>>,
@@ -195,6 +198,7 @@ impl CqVerbs for RvrDevice {
         if attr.cqe > MAX_CQE {
             return Err(EINVAL);
         }
+        let quota = Quota::take(&dev.data().shared, Res::Cq)?;
         let store = match udata {
             Some(u) => {
                 if u.outlen() < size_of::<CreateCqResp>() {
@@ -225,6 +229,7 @@ impl CqVerbs for RvrDevice {
                 err_work <- new_work!("CqShared::err_work"),
                 users: AtomicU32::new(0),
                 is_user,
+                _quota: quota,
             }),
             GFP_KERNEL,
         )?;

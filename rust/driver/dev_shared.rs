@@ -49,6 +49,8 @@ pub struct DevShared {
     /// Multicast groups and the UD QPs attached to them.
     #[pin]
     pub mcast: McastTable,
+    /// How many PDs, CQs, AHs and SRQs the device holds, against its limits.
+    pub limits: super::limits::Limits,
 }
 
 /// Most user AHs per device.
@@ -110,6 +112,7 @@ impl DevShared {
                 ),
                 ahs <- crate::new_irq_spinlock!(ahs, "rvrdma_ah_table"),
                 mcast <- McastTable::new(),
+                limits: super::limits::Limits::default(),
             }),
             GFP_KERNEL,
         )

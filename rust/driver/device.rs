@@ -4,6 +4,7 @@
 
 use super::dev_shared::{self, DevShared};
 use super::mcast;
+use super::limits::Res;
 use super::mr_table::{MrTable, MAX_MRS};
 use crate::ib::attrs::{
     AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
@@ -152,21 +153,21 @@ impl IbDriver for RvrDevice {
             max_send_sge: super::qp::MAX_SGE as i32,
             max_recv_sge: super::qp::MAX_SGE as i32,
             max_sge_rd: super::qp::MAX_SGE as i32,
-            max_cq: 0x4000,
+            max_cq: Res::Cq.max() as i32,
             max_cqe: super::cq::MAX_CQE as i32,
             max_mr: MAX_MRS as i32,
-            max_pd: 0x7ff0,
+            max_pd: Res::Pd.max() as i32,
             max_qp_rd_atom: 16,
             max_res_rd_atom: 0x1_0000,
             max_qp_init_rd_atom: 16,
             atomic_cap: AtomicCap::Hca,
-            max_ah: 0x7fff,
+            max_ah: Res::Ah.max() as i32,
             max_mcast_grp: mcast::MAX_GROUPS as i32,
             max_mcast_qp_attach: mcast::MAX_QP_ATTACH as i32,
             max_total_mcast_qp_attach: (mcast::MAX_GROUPS * mcast::MAX_QP_ATTACH) as i32,
-            max_srq: 0x400,
+            max_srq: Res::Srq.max() as i32,
             max_srq_wr: super::srq::MAX_SRQ_WR as i32,
-            max_srq_sge: 27,
+            max_srq_sge: super::qp::MAX_SGE as i32,
             max_fast_reg_page_list_len: 512,
             max_pkeys: 1,
             local_ca_ack_delay: 15,

@@ -13,6 +13,7 @@ pub mod cq;
 pub mod dev_shared;
 pub mod device;
 mod kunit_mr_table;
+pub mod limits;
 pub mod link;
 pub mod mcast;
 pub mod mr;

@@ -12,6 +12,7 @@
 //! (`rxe_modify_srq_cmd`) and maps the ring again.
 
 use super::device::RvrDevice;
+use super::limits::{Quota, Res};
 use super::qp::user_wqe;
 use crate::ib::{
     pd::Pd,
@@ -136,6 +137,8 @@ pub struct SrqShared {
     pub pd_id: u32,
     handle: SrqHandle,
     max_sge: usize,
+    /// Counts against the device's SRQ limit while the SRQ lives.
+    _quota: Quota,
     #[pin]
     inner: IrqSpinLock<SrqInner>,
 }
@@ -205,6 +208,7 @@ impl SrqVerbs for RvrDevice {
         {
             return Err(EINVAL);
         }
+        let quota = Quota::take(&pd.device().data().shared, Res::Srq)?;
         let (queue, mi) = Queue::new(attr.max_wr, max_sge as usize, udata.as_deref())?;
         let capacity = queue.capacity();
         let elem_len = match &queue {
@@ -219,6 +223,7 @@ impl SrqVerbs for RvrDevice {
                 pd_id,
                 handle,
                 max_sge: max_sge as usize,
+                _quota: quota,
                 inner <- crate::new_irq_spinlock!(
                     SrqInner {
                         queue: Some(queue),
