@@ -3,8 +3,8 @@
 //! An rvrdma ib device: its attributes and ports.
 
 use super::dev_shared::{self, DevShared};
-use super::mcast;
 use super::limits::Res;
+use super::mcast;
 use super::mr_table::{MrTable, MAX_MRS};
 use crate::ib::attrs::{
     AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
