@@ -306,6 +306,11 @@ impl<T: IbDriver> Ops<T> {
         get_netdev: Some(Self::get_netdev),
         alloc_ucontext: Some(Self::alloc_ucontext),
         dealloc_ucontext: Some(Self::dealloc_ucontext),
+        // With this op, removing the device (`rdma link delete`, the netdev going, rmmod)
+        // destroys the objects of processes that still hold it, zaps their mappings and sends
+        // them IB_EVENT_DEVICE_FATAL, instead of waiting until they exit; and uverbs holds no
+        // module reference for an open context.
+        disassociate_ucontext: Some(Self::disassociate_ucontext),
         dealloc_driver: Some(Self::dealloc_driver),
         size_ib_ucontext: size_of::<b::ib_ucontext>(),
         // SAFETY: all-zero is a valid `ib_device_ops` (no ops, no owner).
@@ -421,6 +426,13 @@ impl<T: IbDriver> Ops<T> {
     ///
     /// ib_core callback; the context holds nothing of ours.
     unsafe extern "C" fn dealloc_ucontext(_uc: *mut b::ib_ucontext) {}
+
+    /// # Safety
+    ///
+    /// ib_core callback during device removal. By then uverbs has destroyed every object of
+    /// the context (through the verbs above) and zapped its mappings: nothing of ours refers to
+    /// the process any more, so there is nothing left to cut.
+    unsafe extern "C" fn disassociate_ucontext(_uc: *mut b::ib_ucontext) {}
 
     /// # Safety
     ///
