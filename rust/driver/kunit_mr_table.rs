@@ -115,8 +115,8 @@ mod tests {
             mr_handle: u64::from(mr.index()),
         };
         let inline = [0u8; 16];
-        let mut other_pd = QpMemory::new(&table, 8, &inline);
-        let mut mem = QpMemory::new(&table, 7, &inline);
+        let mut other_pd = QpMemory::new(&table, 8, 1, &inline);
+        let mut mem = QpMemory::new(&table, 7, 1, &inline);
         // Free: unusable.
         assert_eq!(mem.check_remote(old, 0, 0, 0), Err(MemError::BadKey));
         assert_eq!(other_pd.fast_register(&params), Err(MemError::OpFailed));
@@ -168,7 +168,7 @@ mod tests {
     fn inline_area() -> Result {
         let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
         let inline = [1u8, 2, 3, 4, 5, 6, 7, 8];
-        let mut mem = QpMemory::new(&table, 1, &inline);
+        let mut mem = QpMemory::new(&table, 1, 1, &inline);
         let sg = |addr, length| Sge {
             addr,
             length,
