@@ -22,7 +22,8 @@ pub const ACCESS_MW_BIND: u32 = 1 << 4;
 pub const ACCESS_ZERO_BASED: u32 = 1 << 5;
 /// IB_ACCESS_OPTIONAL: the range of access bits a device may ignore.
 pub const ACCESS_OPTIONAL: u32 = 0x3ff0_0000;
-/// The access bits a bind may ask for (rdma_rxe's set: an MR's rights plus zero-based).
+/// The access bits a bind may ask for: rdma_rxe's set (an MR's rights plus zero-based) without
+/// on-demand paging and the FLUSH rights, which rvrdma's windows do not grant.
 pub const ACCESS_SUPPORTED_MW: u32 = ACCESS_LOCAL_WRITE
     | ACCESS_REMOTE_WRITE
     | ACCESS_REMOTE_READ
