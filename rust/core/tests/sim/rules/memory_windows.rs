@@ -180,9 +180,21 @@ fn local_inv_closes_a_type2_window_and_it_binds_again() {
         (c.opcode, c.status),
         (WcOpcode::LocalInv, WcStatus::Success)
     );
-    d.post(0, write_wr(1, key, WIN_VA, 8)).expect("post");
+    // Free again: a new bind (with the key it has now) takes a new key byte and works.
+    d.post(1, bind_wr(9, key, ACCESS_REMOTE_WRITE))
+        .expect("post");
     d.pump();
-    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::RemAccessErr);
+    assert_eq!(d.e[1].out.send_cqes[2].status, WcStatus::Success);
+    let new_key = d.e[1].mem.mw_key(WIN);
+    assert_ne!(new_key, key);
+    d.post(0, write_wr(1, new_key, WIN_VA, 8)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    assert_eq!(d.e[1].mem.peek(WMR, WIN_VA, 8), vec![0xC3; 8]);
+    // The old key names nothing.
+    d.post(0, write_wr(2, key, WIN_VA, 8)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[1].status, WcStatus::RemAccessErr);
 }
 
 #[test]
@@ -242,4 +254,39 @@ fn type2_window_rebinds_only_after_invalidation() {
         .expect("post");
     d.pump();
     assert_eq!(d.e[1].out.send_cqes[1].status, WcStatus::MwBindErr);
+}
+
+#[test]
+fn zero_based_window_is_addressed_from_zero_on_the_wire() {
+    use rvrdma_core::mw::ACCESS_ZERO_BASED;
+    let mut d = duo(MwType::Type2);
+    d.post(1, bind_wr(7, WIN, ACCESS_REMOTE_WRITE | ACCESS_ZERO_BASED))
+        .expect("post");
+    d.pump();
+    assert_eq!(d.e[1].out.send_cqes[0].status, WcStatus::Success);
+    let key = d.e[1].mem.mw_key(WIN);
+    d.post(0, write_wr(1, key, 16, 32)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+    let mut want = vec![OLD; WMR_LEN];
+    want[1024 + 16..1024 + 48].fill(0xC3);
+    assert_eq!(mr_bytes(&d), want);
+    // The window's own virtual address is past its zero-based end.
+    d.post(0, write_wr(2, key, WIN_VA, 8)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[1].status, WcStatus::RemAccessErr);
+    assert_eq!(mr_bytes(&d), want);
+}
+
+/// Type 2B: the window is tied to the QP that bound it; a request arriving on another QP of
+/// the same PD (modelled by node 1's memory serving another QP number) is an R_Key violation.
+#[test]
+fn type2b_window_refuses_requests_on_another_qp() {
+    let (mut d, key) = bound(MwType::Type2);
+    d.e[1].mem.0.borrow_mut().qpn = 0x99;
+    let before = mr_bytes(&d);
+    d.post(0, write_wr(1, key, WIN_VA, 8)).expect("post");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::RemAccessErr);
+    assert_eq!(mr_bytes(&d), before);
 }
