@@ -5,7 +5,7 @@
 use super::dev_shared::{self, DevShared};
 use super::limits::Res;
 use super::mcast;
-use super::mr_table::{MrTable, MAX_MRS};
+use super::mr_table::{MrTable, MAX_MRS, MAX_MWS};
 use crate::ib::attrs::{
     AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
 };
@@ -145,6 +145,9 @@ impl IbDriver for RvrDevice {
                 | DeviceAttr::CAP_AUTO_PATH_MIG
                 | DeviceAttr::CAP_SRQ_RESIZE
                 | DeviceAttr::CAP_MEM_MGT_EXTENSIONS
+                // Memory windows of type 1 and 2B, as rdma_rxe.
+                | DeviceAttr::CAP_MEM_WINDOW
+                | DeviceAttr::CAP_MEM_WINDOW_TYPE_2B
                 // IBA 1.5 ATOMIC WRITE and FLUSH, as rdma_rxe; not FLUSH_PERSISTENT: no MR is
                 // persistent memory.
                 | DeviceAttr::CAP_ATOMIC_WRITE
@@ -156,6 +159,7 @@ impl IbDriver for RvrDevice {
             max_cq: Res::Cq.max() as i32,
             max_cqe: super::cq::MAX_CQE as i32,
             max_mr: MAX_MRS as i32,
+            max_mw: MAX_MWS as i32,
             max_pd: Res::Pd.max() as i32,
             max_qp_rd_atom: 16,
             max_res_rd_atom: 0x1_0000,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! KUnit suite: MR keys and bounds, the MR table, and the QP memory checks on fast-registration
-//! MRs (REG_MR, LOCAL_INV, Send with Invalidate) and the inline area.
+//! MRs (REG_MR, LOCAL_INV, Send with Invalidate), memory windows and the inline area.
 
 #[kernel::prelude::kunit_tests(rvrdma_mr)]
 mod tests {
@@ -9,9 +9,13 @@ mod tests {
         in_range, key_index, key_may_replace, make_key, MrInfo, MrMem, MrState, MrTable, QpMemory,
         RvrMr, ACCESS_REMOTE, INLINE_LKEY, MAX_MR_INDEX,
     };
+    use crate::driver::mw::RvrMw;
     use crate::ib::mr::PageList;
     use crate::ib::umem::{check_range, for_each_block};
-    use crate::rvcore::memory::{MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ};
+    use crate::rvcore::memory::{
+        MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    };
+    use crate::rvcore::mw::{BindMwParams, MwType, ACCESS_MW_BIND};
     use crate::rvcore::wqe::{RegMrParams, Sge};
     use kernel::{prelude::*, sync::Arc};
 
@@ -115,8 +119,8 @@ mod tests {
             mr_handle: u64::from(mr.index()),
         };
         let inline = [0u8; 16];
-        let mut other_pd = QpMemory::new(&table, 8, &inline);
-        let mut mem = QpMemory::new(&table, 7, &inline);
+        let mut other_pd = QpMemory::new(&table, 8, 1, &inline);
+        let mut mem = QpMemory::new(&table, 7, 1, &inline);
         // Free: unusable.
         assert_eq!(mem.check_remote(old, 0, 0, 0), Err(MemError::BadKey));
         assert_eq!(other_pd.fast_register(&params), Err(MemError::OpFailed));
@@ -163,12 +167,151 @@ mod tests {
         Ok(())
     }
 
+    /// A valid MR of PD 7 over `[0x1000, 0x2000)` that windows may be bound to (its page list
+    /// maps nothing: these checks move no bytes).
+    fn bindable_mr(table: &MrTable) -> Result<Arc<RvrMr>> {
+        table.insert(|index, key| {
+            RvrMr::new(
+                index,
+                7,
+                MrMem::Fast(PageList::new(1)?),
+                MrInfo {
+                    key,
+                    access: ACCESS_LOCAL_WRITE | ACCESS_MW_BIND,
+                    iova: 0x1000,
+                    length: 0x1000,
+                    state: MrState::Valid,
+                },
+            )
+        })
+    }
+
+    fn window(table: &MrTable, kind: MwType) -> Result<Arc<RvrMw>> {
+        table.insert_mw(|index, key| RvrMw::new(index, kind, 7, key))
+    }
+
+    /// Windows share the key space with MRs: a key names one object, a window key is no L_Key
+    /// and no MR key, and a window grants its own range and rights over its MR.
+    #[test]
+    fn windows_share_the_key_space() -> Result {
+        let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
+        let mr = bindable_mr(&table)?;
+        let mw = window(&table, MwType::Type2)?;
+        assert!(mw.index() != mr.index());
+        assert_eq!((table.len(), table.mw_count()), (1, 1));
+        let key = mw.window().key();
+        assert!(table.lookup(key).is_none() && table.get(mw.index()).is_none());
+        assert!(table.get_mw(mr.index()).is_none());
+        let inline = [0u8; 16];
+        let mut mem = QpMemory::new(&table, 7, 0x11, &inline);
+        let mut other_qp = QpMemory::new(&table, 7, 0x12, &inline);
+        let bind = BindMwParams {
+            mw_rkey: key,
+            rkey: (key & !0xff) | ((key + 1) & 0xff),
+            mr_lkey: mr.info().key,
+            addr: 0x1100,
+            length: 0x200,
+            access: ACCESS_REMOTE_READ,
+        };
+        // Unbound: nothing.
+        assert_eq!(
+            mem.check_remote(key, 0x1100, 1, ACCESS_REMOTE_READ),
+            Err(MemError::BadKey)
+        );
+        assert_eq!(mem.bind_mw(&bind), Ok(()));
+        let key = bind.rkey;
+        assert_eq!(mw.window().key(), key);
+        assert_eq!(mr.windows(), 1);
+        assert_eq!(
+            mem.check_remote(key, 0x1100, 0x200, ACCESS_REMOTE_READ),
+            Ok(())
+        );
+        assert_eq!(
+            mem.check_remote(key, 0x10ff, 2, ACCESS_REMOTE_READ),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            mem.check_remote(key, 0x1100, 8, ACCESS_REMOTE_WRITE),
+            Err(MemError::NoAccess)
+        );
+        // The MR itself grants no remote read.
+        assert_eq!(
+            mem.check_remote(mr.info().key, 0x1100, 8, ACCESS_REMOTE_READ),
+            Err(MemError::NoAccess)
+        );
+        // Type 2B: only the QP that bound it.
+        assert_eq!(
+            other_qp.check_remote(key, 0x1100, 1, ACCESS_REMOTE_READ),
+            Err(MemError::BadKey)
+        );
+        let sge = Sge {
+            addr: 0x1100,
+            length: 8,
+            lkey: key,
+        };
+        assert_eq!(mem.check_local(&[sge], 0), Err(MemError::BadKey));
+        // Bound: the MR stays; invalidation frees the window and the MR.
+        assert_eq!(mr.begin_dereg(), Err(EBUSY));
+        assert_eq!(other_qp.local_invalidate(key), Err(MemError::BadKey));
+        assert_eq!(mem.local_invalidate(key), Ok(()));
+        assert_eq!(mr.windows(), 0);
+        assert_eq!(
+            mem.check_remote(key, 0x1100, 1, ACCESS_REMOTE_READ),
+            Err(MemError::BadKey)
+        );
+        drop(table.remove(mw.index()));
+        assert_eq!(table.mw_count(), 0);
+        Ok(())
+    }
+
+    /// Destroying a QP unbinds its type 2 windows; an MR being deregistered takes no windows;
+    /// a type 1 window rebinds and cannot be invalidated.
+    #[test]
+    fn window_lifetimes() -> Result {
+        let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
+        let mr = bindable_mr(&table)?;
+        let w2 = window(&table, MwType::Type2)?;
+        let w1 = window(&table, MwType::Type1)?;
+        let inline = [0u8; 16];
+        let mut mem = QpMemory::new(&table, 7, 0x11, &inline);
+        let bind = |key: u32| BindMwParams {
+            mw_rkey: key,
+            rkey: key,
+            mr_lkey: mr.info().key,
+            addr: 0x1000,
+            length: 0x10,
+            access: ACCESS_REMOTE_READ,
+        };
+        assert_eq!(mem.bind_mw(&bind(w2.window().key())), Ok(()));
+        assert_eq!(mem.bind_mw(&bind(w1.window().key())), Ok(()));
+        assert_eq!(mem.bind_mw(&bind(w1.window().key())), Ok(()));
+        assert_eq!(mr.windows(), 2);
+        assert_eq!(
+            mem.local_invalidate(w1.window().key()),
+            Err(MemError::OpFailed)
+        );
+        table.unbind_qp(0x12);
+        assert_eq!(mr.windows(), 2);
+        table.unbind_qp(0x11);
+        assert_eq!(mr.windows(), 1);
+        assert!(w2.window().bound().is_none());
+        w1.unbind();
+        assert_eq!(mr.windows(), 0);
+        assert_eq!(mr.begin_dereg(), Ok(()));
+        assert_eq!(
+            mem.bind_mw(&bind(w2.window().key())),
+            Err(MemError::OpFailed)
+        );
+        assert_eq!(mr.windows(), 0);
+        Ok(())
+    }
+
     /// lkey 0 names the inline area: readable by offset, in bounds, never writable.
     #[test]
     fn inline_area() -> Result {
         let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
         let inline = [1u8, 2, 3, 4, 5, 6, 7, 8];
-        let mut mem = QpMemory::new(&table, 1, &inline);
+        let mut mem = QpMemory::new(&table, 1, 1, &inline);
         let sg = |addr, length| Sge {
             addr,
             length,

@@ -18,6 +18,7 @@ pub mod link;
 pub mod mcast;
 pub mod mr;
 pub mod mr_table;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod receive;

@@ -118,6 +118,10 @@ impl MrVerbs for RvrDevice {
         mr.handle()
     }
 
+    fn begin_dereg(mr: &RvrMrHandle) -> Result {
+        mr.mr.begin_dereg()
+    }
+
     fn dereg_mr(dev: &Device<Self>, mr: RvrMrHandle) {
         // No new lookup finds it; in-flight users still hold clones.
         drop(dev.data().mrs.remove(mr.mr.index()));

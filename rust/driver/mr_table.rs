@@ -4,18 +4,23 @@
 //!
 //! Keys: `key = index << 8 | byte`, `index` in `1..=MAX_MR_INDEX` (never 0, so key 0 is never an
 //! MR: it names a QP's inline area), `byte` random; lkey == rkey. REG_MR may change only the
-//! byte.
+//! byte. Memory windows ([`super::mw`]) take their indices from the same table, so a key names
+//! exactly one MR or one window; a window key is an R_Key only (never a local key).
 //!
-//! Locks: the table lock and each MR's info lock are IRQ-safe leaves, so both may be taken under
-//! a QP lock; neither is held while bytes are copied.
+//! Locks: the table lock, each window's lock and each MR's info lock are IRQ-safe, so all may
+//! be taken under a QP lock; their order is table, window, MR info (a bind holds the window's
+//! lock while it counts itself in the MR). None is held while bytes are copied.
 //!
 //! Lifetimes: the table holds an `Arc<RvrMr>`, lookups hand out clones that workers drop before
 //! their work item returns (never keep one longer). `dereg_mr` removes the MR from the table (no
 //! new lookup finds it), drops its own reference, and then drops the umem pin
 //! ([`crate::ib::umem::UmemPin`]), which sleeps until the last `Arc<RvrMr>` is gone (its
 //! `UmemPages` signals a completion when dropped, in any context) and only then unpins. So the
-//! last reference may drop anywhere, with IRQs off too: dropping an `RvrMr` never sleeps.
+//! last reference may drop anywhere, with IRQs off too: dropping an `RvrMr` never sleeps. A bound
+//! memory window keeps a reference for as long as it is bound, which is why `dereg_mr` is
+//! refused (`EBUSY`) while windows are bound to the MR.
 
+use super::mw::RvrMw;
 use crate::ib::{
     mr::{KernelMemory, PageList},
     umem::UmemPages,
@@ -25,6 +30,7 @@ use crate::rvcore::memory::{
     AtomicOp, MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
+use crate::rvcore::mw::{BindMwParams, MrFacts, QpRef};
 use crate::rvcore::wqe::{RegMrParams, Sge, MAX_SGE};
 use crate::sync::irq_spinlock::IrqSpinLock;
 use kernel::{
@@ -37,6 +43,8 @@ use kernel::{
 pub const MAX_MR_INDEX: u32 = (1 << 23) - 1;
 /// Most MRs a device holds at once (`max_mr` in the device attributes).
 pub const MAX_MRS: usize = 0x4000;
+/// Most memory windows a device holds at once (`max_mw` in the device attributes).
+pub const MAX_MWS: usize = 0x1000;
 /// The lkey that names a QP's inline area (never an MR key, index 0 is not allocated).
 pub const INLINE_LKEY: u32 = 0;
 /// All remote access rights.
@@ -96,6 +104,15 @@ pub struct MrInfo {
     pub state: MrState,
 }
 
+/// What an MR's lock protects: its mutable part and its memory windows' claim on it.
+struct MrLocked {
+    info: MrInfo,
+    /// Memory windows bound to the MR (it cannot be deregistered while there are any).
+    windows: u32,
+    /// Deregistration has begun: no window may be bound to it any more.
+    closing: bool,
+}
+
 /// A memory region.
 #[pin_data]
 pub struct RvrMr {
@@ -103,7 +120,7 @@ pub struct RvrMr {
     pd_id: u32,
     mem: MrMem,
     #[pin]
-    info: IrqSpinLock<MrInfo>,
+    info: IrqSpinLock<MrLocked>,
 }
 
 impl RvrMr {
@@ -114,7 +131,10 @@ impl RvrMr {
                 index,
                 pd_id,
                 mem,
-                info <- new_irq_spinlock!(info, "rvrdma_mr"),
+                info <- new_irq_spinlock!(
+                    MrLocked { info, windows: 0, closing: false },
+                    "rvrdma_mr"
+                ),
             }),
             GFP_KERNEL,
         )
@@ -137,7 +157,72 @@ impl RvrMr {
 
     /// A snapshot of the mutable part.
     pub fn info(&self) -> MrInfo {
-        *self.info.lock()
+        self.info.lock().info
+    }
+
+    /// Starts deregistration: refused with `EBUSY` while memory windows are bound to the MR
+    /// (IBA 10.6.7.2.6, as rdma_rxe); afterwards no window can be bound to it.
+    pub fn begin_dereg(&self) -> Result {
+        let mut l = self.info.lock();
+        if l.windows > 0 {
+            return Err(EBUSY);
+        }
+        l.closing = true;
+        Ok(())
+    }
+
+    /// Number of memory windows bound to the MR.
+    pub fn windows(&self) -> u32 {
+        self.info.lock().windows
+    }
+
+    /// Runs a window's bind check `f` on this MR's facts, under the MR's lock; if it succeeds
+    /// the window counts as bound to the MR. Called with the window's lock held.
+    pub(crate) fn bind_window<E>(
+        &self,
+        f: impl FnOnce(&MrFacts) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut l = self.info.lock();
+        let i = l.info;
+        let facts = MrFacts {
+            pd: self.pd_id,
+            access: i.access,
+            iova: i.iova,
+            // A DMA MR spans all kernel memory.
+            length: if matches!(self.mem, MrMem::Dma(_)) {
+                u64::MAX
+            } else {
+                i.length
+            },
+            valid: i.state == MrState::Valid && !l.closing,
+        };
+        f(&facts)?;
+        l.windows += 1;
+        Ok(())
+    }
+
+    /// A window bound to the MR was unbound, rebound elsewhere or invalidated.
+    pub(crate) fn window_gone(&self) {
+        let mut l = self.info.lock();
+        l.windows = l.windows.saturating_sub(1);
+    }
+
+    /// The position of `[va, va + len)` (an address range a window resolved to) in the MR's
+    /// memory: the MR must still be valid and hold the range. The window has checked the key,
+    /// PD and rights.
+    pub(crate) fn window_pos(&self, va: u64, len: u64) -> Result<u64, MemError> {
+        let l = self.info.lock();
+        let i = l.info;
+        if i.state != MrState::Valid || l.closing {
+            return Err(MemError::BadKey);
+        }
+        if let MrMem::Dma(_) = self.mem {
+            return Ok(va);
+        }
+        if !in_range(i.iova, i.length, va, len) {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok(va - i.iova)
     }
 
     /// Validates an access of `len` bytes at `va` with key `key` from PD `pd_id` needing
@@ -211,7 +296,8 @@ impl RvrMr {
     /// Invalidation (LOCAL_INV, Send with Invalidate): rxe_invalidate_mr's rules plus a PD
     /// check.
     fn invalidate(&self, key: u32, pd_id: u32) -> Result<(), MemError> {
-        let mut i = self.info.lock();
+        let mut l = self.info.lock();
+        let i = &mut l.info;
         if i.key != key || self.pd_id != pd_id {
             return Err(MemError::BadKey);
         }
@@ -228,7 +314,8 @@ impl RvrMr {
         let MrMem::Fast(pages) = &self.mem else {
             return Err(MemError::OpFailed);
         };
-        let mut i = self.info.lock();
+        let mut l = self.info.lock();
+        let i = &mut l.info;
         if i.state != MrState::Free || self.pd_id != pd_id || !key_may_replace(i.key, p.key) {
             return Err(MemError::OpFailed);
         }
@@ -246,17 +333,67 @@ impl RvrMr {
     }
 }
 
-/// The locked part of the table.
-struct TableInner {
-    /// Index -> MR; `None` while an index is reserved for an MR being created.
-    tree: RBTree<u32, Option<Arc<RvrMr>>>,
-    /// Where the search for a free index starts.
-    next: u32,
-    /// Entries in `tree`.
-    count: usize,
+/// What a key index names.
+#[derive(Clone)]
+pub enum Entry {
+    /// A memory region.
+    Mr(Arc<RvrMr>),
+    /// A memory window.
+    Mw(Arc<RvrMw>),
 }
 
-/// The MRs of a device, by index.
+/// A table slot: an object, or an index reserved for one being created.
+enum Slot {
+    Reserved(Kind),
+    Used(Entry),
+}
+
+/// The kinds of objects in the table, each with its own limit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Mr,
+    Mw,
+}
+
+impl Slot {
+    fn kind(&self) -> Kind {
+        match self {
+            Slot::Reserved(k) => *k,
+            Slot::Used(Entry::Mr(_)) => Kind::Mr,
+            Slot::Used(Entry::Mw(_)) => Kind::Mw,
+        }
+    }
+
+    fn entry(&self) -> Option<&Entry> {
+        match self {
+            Slot::Used(e) => Some(e),
+            Slot::Reserved(_) => None,
+        }
+    }
+}
+
+/// The locked part of the table.
+struct TableInner {
+    /// Index -> MR or memory window.
+    tree: RBTree<u32, Slot>,
+    /// Where the search for a free index starts.
+    next: u32,
+    /// MR slots in `tree`.
+    mrs: usize,
+    /// Window slots in `tree`.
+    mws: usize,
+}
+
+impl TableInner {
+    fn count_mut(&mut self, kind: Kind) -> &mut usize {
+        match kind {
+            Kind::Mr => &mut self.mrs,
+            Kind::Mw => &mut self.mws,
+        }
+    }
+}
+
+/// The MRs and memory windows of a device, by index.
 #[pin_data]
 pub struct MrTable {
     #[pin]
@@ -267,17 +404,38 @@ impl MrTable {
     /// An empty table.
     pub fn new() -> impl PinInit<Self> {
         pin_init!(Self {
-            inner <- new_irq_spinlock!(TableInner { tree: RBTree::new(), next: 1, count: 0 }, "rvrdma_mr_table"),
+            inner <- new_irq_spinlock!(
+                TableInner { tree: RBTree::new(), next: 1, mrs: 0, mws: 0 },
+                "rvrdma_mr_table"
+            ),
         })
     }
 
     /// Adds an MR: reserves an index, picks a key byte, calls `make(index, key)` (outside the
     /// lock) and stores what it returns. Process context (allocates).
     pub fn insert(&self, make: impl FnOnce(u32, u32) -> Result<Arc<RvrMr>>) -> Result<Arc<RvrMr>> {
+        self.add(Kind::Mr, MAX_MRS, make, |mr| Entry::Mr(mr.clone()))
+    }
+
+    /// Adds a memory window, as [`Self::insert`] does an MR.
+    pub fn insert_mw(
+        &self,
+        make: impl FnOnce(u32, u32) -> Result<Arc<RvrMw>>,
+    ) -> Result<Arc<RvrMw>> {
+        self.add(Kind::Mw, MAX_MWS, make, |mw| Entry::Mw(mw.clone()))
+    }
+
+    fn add<T>(
+        &self,
+        kind: Kind,
+        max: usize,
+        make: impl FnOnce(u32, u32) -> Result<T>,
+        entry: impl FnOnce(&T) -> Entry,
+    ) -> Result<T> {
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let index = {
             let mut t = self.inner.lock();
-            if t.count >= MAX_MRS {
+            if *t.count_mut(kind) >= max {
                 return Err(ENOMEM);
             }
             let mut index = t.next;
@@ -286,17 +444,17 @@ impl MrTable {
             }
             t.next = if index >= MAX_MR_INDEX { 1 } else { index + 1 };
             // The index is free: nothing is replaced.
-            let _ = t.tree.insert(node.into_node(index, None));
-            t.count += 1;
+            let _ = t.tree.insert(node.into_node(index, Slot::Reserved(kind)));
+            *t.count_mut(kind) += 1;
             index
         };
         let key = make_key(index, crate::ib::mr::random_key_byte(None));
         match make(index, key) {
-            Ok(mr) => {
+            Ok(obj) => {
                 if let Some(slot) = self.inner.lock().tree.get_mut(&index) {
-                    *slot = Some(mr.clone());
+                    *slot = Slot::Used(entry(&obj));
                 }
-                Ok(mr)
+                Ok(obj)
             }
             Err(e) => {
                 drop(self.remove(index));
@@ -305,21 +463,57 @@ impl MrTable {
         }
     }
 
-    /// Removes MR `index`: no lookup finds it afterwards. Returns the table's reference.
-    pub fn remove(&self, index: u32) -> Option<Arc<RvrMr>> {
+    /// Removes the MR or window `index`: no lookup finds it afterwards. Returns the table's
+    /// reference.
+    pub fn remove(&self, index: u32) -> Option<Entry> {
         let node = {
             let mut t = self.inner.lock();
+            let kind = t.tree.get(&index)?.kind();
             let node = t.tree.remove_node(&index)?;
-            t.count -= 1;
+            *t.count_mut(kind) -= 1;
             node
         };
         // Freed outside the lock.
-        node.to_key_value().1
+        match node.to_key_value().1 {
+            Slot::Used(e) => Some(e),
+            Slot::Reserved(_) => None,
+        }
+    }
+
+    /// What index `index` names.
+    pub fn entry(&self, index: u32) -> Option<Entry> {
+        self.inner
+            .lock()
+            .tree
+            .get(&index)
+            .and_then(|s| s.entry().cloned())
     }
 
     /// The MR with table index `index`, whatever its key and state.
     pub fn get(&self, index: u32) -> Option<Arc<RvrMr>> {
-        self.inner.lock().tree.get(&index).and_then(|m| m.clone())
+        match self.entry(index)? {
+            Entry::Mr(mr) => Some(mr),
+            Entry::Mw(_) => None,
+        }
+    }
+
+    /// The memory window with table index `index`, whatever its key and state.
+    pub fn get_mw(&self, index: u32) -> Option<Arc<RvrMw>> {
+        match self.entry(index)? {
+            Entry::Mw(mw) => Some(mw),
+            Entry::Mr(_) => None,
+        }
+    }
+
+    /// Unbinds the type 2 windows bound to QP `qpn` (the QP is being destroyed: its number may
+    /// be reused, and the windows must not follow it).
+    pub fn unbind_qp(&self, qpn: u32) {
+        let t = self.inner.lock();
+        for (_, slot) in t.tree.iter() {
+            if let Some(Entry::Mw(mw)) = slot.entry() {
+                mw.unbind_if_qp(qpn);
+            }
+        }
     }
 
     /// The MR `key` names (index and current key), whatever its state.
@@ -329,7 +523,12 @@ impl MrTable {
 
     /// Number of MRs (including reservations).
     pub fn len(&self) -> usize {
-        self.inner.lock().count
+        self.inner.lock().mrs
+    }
+
+    /// Number of memory windows (including reservations).
+    pub fn mw_count(&self) -> usize {
+        self.inner.lock().mws
     }
 
     /// True if the table holds no MR.
@@ -355,21 +554,62 @@ impl MrTable {
 /// One resolved piece of an SGE list: the MR (`None`: inline area) and the position in it.
 type Piece = (Option<Arc<RvrMr>>, u64, usize);
 
-/// The memory one QP may reach: the MRs of its PD in the device's table, and its inline area.
+/// The memory one QP may reach: the MRs and memory windows of its PD in the device's table,
+/// and its inline area.
 pub struct QpMemory<'a> {
     table: &'a MrTable,
     pd_id: u32,
+    qpn: u32,
     inline: &'a [u8],
 }
 
 impl<'a> QpMemory<'a> {
-    /// The memory of a QP of PD `pd_id` whose inline area is `inline` (SGEs with lkey
+    /// The memory of QP `qpn` of PD `pd_id` whose inline area is `inline` (SGEs with lkey
     /// [`INLINE_LKEY`] address it by offset).
-    pub fn new(table: &'a MrTable, pd_id: u32, inline: &'a [u8]) -> Self {
+    pub fn new(table: &'a MrTable, pd_id: u32, qpn: u32, inline: &'a [u8]) -> Self {
         Self {
             table,
             pd_id,
+            qpn,
             inline,
+        }
+    }
+
+    fn qp(&self) -> QpRef {
+        QpRef {
+            pd: self.pd_id,
+            qpn: self.qpn,
+        }
+    }
+
+    /// Looks up the R_Key `rkey` (an MR's or a memory window's) and checks a remote access of
+    /// `len` bytes at `va` needing `access`: through a window, against the window (range,
+    /// rights, PD, QP) and then its MR. Returns the MR and the position in its memory.
+    fn resolve_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(Arc<RvrMr>, u64), MemError> {
+        match self.table.entry(key_index(rkey)).ok_or(MemError::BadKey)? {
+            Entry::Mr(mr) => {
+                let pos = mr.check(rkey, self.pd_id, va, len, access)?;
+                Ok((mr, pos))
+            }
+            Entry::Mw(mw) => {
+                let (mr, mva) = mw.resolve(rkey, self.qp(), va, len, access)?;
+                let pos = mr.window_pos(mva, len)?;
+                Ok((mr, pos))
+            }
+        }
+    }
+
+    /// Invalidates the MR or type 2 window `key` names (LOCAL_INV, Send with Invalidate).
+    fn invalidate(&self, key: u32) -> Result<(), MemError> {
+        match self.table.entry(key_index(key)).ok_or(MemError::BadKey)? {
+            Entry::Mr(mr) => mr.invalidate(key, self.pd_id),
+            Entry::Mw(mw) => mw.invalidate(key, self.qp()),
         }
     }
 
@@ -449,9 +689,7 @@ impl<'a> QpMemory<'a> {
     /// Copies `out.len()` bytes at `va` of the MR `rkey` names (needs remote read): the payload
     /// of an RDMA Read response.
     pub fn read_remote(&self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
-        let (mr, pos) =
-            self.table
-                .resolve(rkey, self.pd_id, va, out.len() as u64, ACCESS_REMOTE_READ)?;
+        let (mr, pos) = self.resolve_remote(rkey, va, out.len() as u64, ACCESS_REMOTE_READ)?;
         mr.read_at(pos, out)
     }
 }
@@ -490,15 +728,12 @@ impl Memory for QpMemory<'_> {
     }
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
-        self.table
-            .resolve(rkey, self.pd_id, va, u64::from(len), access)
+        self.resolve_remote(rkey, va, u64::from(len), access)
             .map(|_| ())
     }
 
     fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        let (mr, pos) =
-            self.table
-                .resolve(rkey, self.pd_id, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
+        let (mr, pos) = self.resolve_remote(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
         mr.write_at(pos, data)
     }
 
@@ -506,16 +741,12 @@ impl Memory for QpMemory<'_> {
         if va % 8 != 0 {
             return Err(MemError::OpFailed);
         }
-        let (mr, pos) = self
-            .table
-            .resolve(rkey, self.pd_id, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let (mr, pos) = self.resolve_remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
         mr.atomic_at(pos, op)
     }
 
     fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError> {
-        let (mr, pos) = self
-            .table
-            .resolve(rkey, self.pd_id, va, 8, ACCESS_REMOTE_WRITE)?;
+        let (mr, pos) = self.resolve_remote(rkey, va, 8, ACCESS_REMOTE_WRITE)?;
         mr.atomic_store_at(pos, u64::from_ne_bytes(value))
     }
 
@@ -525,12 +756,21 @@ impl Memory for QpMemory<'_> {
         range: Option<(u64, u32)>,
         access: u32,
     ) -> Result<(), MemError> {
-        let mr = self.table.get(key_index(rkey)).ok_or(MemError::BadKey)?;
-        let (va, len) = match range {
-            Some((va, len)) => (va, u64::from(len)),
-            None => (mr.info().iova, 0),
-        };
-        mr.check(rkey, self.pd_id, va, len, access)?;
+        match self.table.entry(key_index(rkey)).ok_or(MemError::BadKey)? {
+            Entry::Mr(mr) => {
+                let (va, len) = match range {
+                    Some((va, len)) => (va, u64::from(len)),
+                    None => (mr.info().iova, 0),
+                };
+                mr.check(rkey, self.pd_id, va, len, access)?;
+            }
+            Entry::Mw(mw) => {
+                // Windows grant no FLUSH rights (not in `ACCESS_SUPPORTED_MW`): this fails on
+                // the rights unless the key itself is bad.
+                let (va, len) = range.map_or((0, 0), |(va, len)| (va, u64::from(len)));
+                mw.resolve(rkey, self.qp(), va, len, access)?;
+            }
+        }
         // Every MR is ordinary memory written through the CPU caches: once every earlier write
         // is ordered before the response, it is globally visible. (No MR is persistent memory:
         // the device offers no IB_DEVICE_FLUSH_PERSISTENT, so no MR has that right.)
@@ -539,19 +779,31 @@ impl Memory for QpMemory<'_> {
     }
 
     fn invalidate_remote(&mut self, rkey: u32) -> Result<(), MemError> {
-        let mr = self.table.get(key_index(rkey)).ok_or(MemError::BadKey)?;
-        mr.invalidate(rkey, self.pd_id)
+        self.invalidate(rkey)
     }
 
     fn local_invalidate(&mut self, key: u32) -> Result<(), MemError> {
-        let mr = self.table.get(key_index(key)).ok_or(MemError::BadKey)?;
-        mr.invalidate(key, self.pd_id)
+        self.invalidate(key)
     }
 
     fn fast_register(&mut self, params: &RegMrParams) -> Result<(), MemError> {
         let index = u32::try_from(params.mr_handle).map_err(|_| MemError::BadKey)?;
         let mr = self.table.get(index).ok_or(MemError::BadKey)?;
         mr.fast_register(params, self.pd_id)
+    }
+
+    fn bind_mw(&mut self, p: &BindMwParams) -> Result<(), MemError> {
+        let mw = self
+            .table
+            .get_mw(key_index(p.mw_rkey))
+            .ok_or(MemError::BadKey)?;
+        // A zero-length bind names no MR.
+        let mr = if p.length > 0 {
+            self.table.lookup(p.mr_lkey)
+        } else {
+            None
+        };
+        mw.bind(p, self.qp(), mr)
     }
 }
 

@@ -81,6 +81,8 @@ pub struct DeviceAttr {
     pub max_cqe: i32,
     /// Most memory regions.
     pub max_mr: i32,
+    /// Most memory windows.
+    pub max_mw: i32,
     /// Most protection domains.
     pub max_pd: i32,
     /// Most outstanding RDMA Reads and atomics a QP accepts as responder.
@@ -127,6 +129,11 @@ impl DeviceAttr {
     /// Send with Invalidate) work requests, which kernel ULPs such as NVMe/RDMA require.
     pub const CAP_MEM_MGT_EXTENSIONS: u64 =
         b::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+    /// `IB_DEVICE_MEM_WINDOW`: memory windows (`alloc_mw`, binding).
+    pub const CAP_MEM_WINDOW: u64 = b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW as u64;
+    /// `IB_DEVICE_MEM_WINDOW_TYPE_2B`: type 2 windows are type 2B (bound to a QP).
+    pub const CAP_MEM_WINDOW_TYPE_2B: u64 =
+        b::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B as u64;
     /// `IB_DEVICE_ATOMIC_WRITE`: ATOMIC WRITE (IBA 1.5) work requests.
     pub const CAP_ATOMIC_WRITE: u64 = b::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE as u64;
     /// `IB_DEVICE_FLUSH_GLOBAL`: FLUSH (IBA 1.5) with placement type "global visibility"; ib_core
@@ -154,6 +161,7 @@ impl DeviceAttr {
         a.max_cq = self.max_cq;
         a.max_cqe = self.max_cqe;
         a.max_mr = self.max_mr;
+        a.max_mw = self.max_mw;
         a.max_pd = self.max_pd;
         a.max_qp_rd_atom = self.max_qp_rd_atom;
         a.max_res_rd_atom = self.max_res_rd_atom;

@@ -10,6 +10,7 @@ pub mod device;
 pub mod link;
 pub mod mmap;
 pub mod mr;
+pub mod mw;
 pub(crate) mod object;
 pub mod pd;
 pub mod qp;

@@ -80,6 +80,13 @@ pub trait MrVerbs: PdVerbs {
     /// (`RegMrParams::mr_handle`).
     fn mr_handle(mr: &Self::Mr) -> u64;
 
+    /// Called before [`Self::dereg_mr`]: an error refuses the deregistration (the MR stays
+    /// usable and ib_core returns the error to the caller); `Ok` commits to it.
+    fn begin_dereg(mr: &Self::Mr) -> Result {
+        let _ = mr;
+        Ok(())
+    }
+
     /// Destroys an MR; returns only when nothing can access its memory any more.
     fn dereg_mr(dev: &Device<Self>, mr: Self::Mr);
 }
@@ -270,6 +277,10 @@ unsafe extern "C" fn set_page<T: MrVerbs>(ibmr: *mut b::ib_mr, addr: u64) -> c_i
 ///
 /// ib_core callback: `ibmr` is a live MR of ours, never used again after we return 0.
 unsafe extern "C" fn dereg_mr<T: MrVerbs>(ibmr: *mut b::ib_mr, _udata: *mut b::ib_udata) -> c_int {
+    // SAFETY: the MR is live and ours (see below); ib_core keeps it so while this runs.
+    if let Err(e) = T::begin_dereg(unsafe { mr_data::<T>(ibmr) }) {
+        return e.to_errno();
+    }
     // SAFETY: ib_core keeps `device` valid while the MR exists; it is one of ours.
     let dev = unsafe { Device::<T>::from_raw((*ibmr).device) };
     // SAFETY: the MR was created by `new_mr::<T>` (`KBox::into_raw` of an `MrObj<T::Mr>` whose

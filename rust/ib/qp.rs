@@ -605,7 +605,7 @@ impl SendWrList<'_> {
         // SAFETY: ib_core passes a valid, NULL-terminated list that lives for the call.
         let wr = unsafe { &*self.next };
         let opcode = SendOpcode::from_u32(wr.opcode).ok_or(EINVAL)?;
-        if opcode.is_flush_or_atomic_write() {
+        if opcode.is_flush_or_atomic_write() || opcode == SendOpcode::BindMw {
             // ib_verbs.h has no WR layout for them: only user space (rxe ABI) posts them.
             return Err(EINVAL);
         }

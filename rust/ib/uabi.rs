@@ -183,6 +183,18 @@ pub mod send_wqe {
     pub const UD_REMOTE_QKEY: usize = 28;
     /// `wr.wr.ud.ah_num` (the AH number `create_ah` returned to user space).
     pub const UD_AH_NUM: usize = 36;
+    /// `wr.wr.mw.addr` (BIND_MW).
+    pub const MW_ADDR: usize = 24;
+    /// `wr.wr.mw.length` (BIND_MW).
+    pub const MW_LENGTH: usize = 32;
+    /// `wr.wr.mw.mr_lkey` (BIND_MW).
+    pub const MW_MR_LKEY: usize = 40;
+    /// `wr.wr.mw.mw_rkey` (BIND_MW).
+    pub const MW_MW_RKEY: usize = 44;
+    /// `wr.wr.mw.rkey` (BIND_MW): the R_Key the window gets.
+    pub const MW_RKEY: usize = 48;
+    /// `wr.wr.mw.access` (BIND_MW).
+    pub const MW_ACCESS: usize = 52;
     /// `dma.length` (the inline data length of an inline send).
     pub const DMA_LENGTH: usize = 184;
     /// `dma.num_sge`.
@@ -265,6 +277,13 @@ const _: () = {
     assert!(send_wqe::UD_REMOTE_QPN == u + offset_of!(Ud, remote_qpn));
     assert!(send_wqe::UD_REMOTE_QKEY == u + offset_of!(Ud, remote_qkey));
     assert!(send_wqe::UD_AH_NUM == u + offset_of!(Ud, ah_num));
+    type Mw = b::rxe_send_wr__bindgen_ty_2__bindgen_ty_5;
+    assert!(send_wqe::MW_ADDR == u + offset_of!(Mw, addr));
+    assert!(send_wqe::MW_LENGTH == u + offset_of!(Mw, length));
+    assert!(send_wqe::MW_MR_LKEY == u + offset_of!(Mw, mr_lkey));
+    assert!(send_wqe::MW_MW_RKEY == u + offset_of!(Mw, mw_rkey));
+    assert!(send_wqe::MW_RKEY == u + offset_of!(Mw, rkey));
+    assert!(send_wqe::MW_ACCESS == u + offset_of!(Mw, access));
     assert!(send_wqe::DMA_LENGTH == dma + offset_of!(b::rxe_dma_info, length));
     assert!(send_wqe::DMA_NUM_SGE == dma + offset_of!(b::rxe_dma_info, num_sge));
     // The SGEs (or the inline data) start right after the fixed parts.

@@ -3,19 +3,19 @@
 //! Everything a driver implements to be an ib_core verbs provider, and the ops-table assembly.
 
 use super::{
-    ah::AhVerbs, cq::CqVerbs, device::IbDriver, mr::MrVerbs, pd::PdVerbs, qp::QpVerbs,
+    ah::AhVerbs, cq::CqVerbs, device::IbDriver, mr::MrVerbs, mw::MwVerbs, pd::PdVerbs, qp::QpVerbs,
     srq::SrqVerbs, stats::StatsVerbs,
 };
 use crate::bindings as b;
 
 /// The full set of verbs a registered driver provides.
 pub trait Verbs:
-    IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs + SrqVerbs + AhVerbs + StatsVerbs
+    IbDriver + PdVerbs + CqVerbs + MrVerbs + MwVerbs + QpVerbs + SrqVerbs + AhVerbs + StatsVerbs
 {
 }
 
 impl<T> Verbs for T where
-    T: IbDriver + PdVerbs + CqVerbs + MrVerbs + QpVerbs + SrqVerbs + AhVerbs + StatsVerbs
+    T: IbDriver + PdVerbs + CqVerbs + MrVerbs + MwVerbs + QpVerbs + SrqVerbs + AhVerbs + StatsVerbs
 {
 }
 
@@ -23,6 +23,7 @@ impl<T> Verbs for T where
 pub(crate) fn install<T: Verbs>(ops: &mut b::ib_device_ops) {
     super::pd::install::<T>(ops);
     super::mr::install::<T>(ops);
+    super::mw::install::<T>(ops);
     super::cq::install::<T>(ops);
     // Device-wide: the rings of every object are mapped through the same entries.
     super::mmap::install(ops);

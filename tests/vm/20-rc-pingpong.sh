@@ -6,8 +6,8 @@
 # once, 1 B to 1 MiB including MTU-1/MTU/MTU+1, 1..max SGEs with canaries in the gaps, random
 # offsets in 64 MiB MRs, 16 WRs in flight; path MTU 1024 and 4096, IPv4 and IPv6 GIDs. Its
 # self-test shows the checks catch a flipped data byte, canary, byte_len, immediate and atomic
-# result. Send with Invalidate needs a memory window on the receiver, which rvrdma does not
-# offer: 31-interop-rxe sends it to rdma_rxe.
+# result. Send with Invalidate, both ways: it invalidates a type 2 memory window of the receiver
+# that a Write just used, and a second Write through it is refused with memory unchanged.
 #
 # Then smoke tests with stock ibv_rc_pingpong: they show completion only (its -c compares one
 # byte per page, always 0, and exits 0 on a mismatch), 4 KiB and 1 MiB, both MTUs, server on
@@ -20,7 +20,7 @@ mtus=(1024 4096)
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((5 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -37,6 +37,8 @@ main() {
 		traffic_check "traffic.py: every op both ways, IPv6, MTU $mtu, data and completions intact" \
 			"${DUT}0" "${DUT}1" --gid-a fd77::1 --gid-b fd77::2 --ops "$OPS" --mtu "$mtu"
 	done
+	traffic_check "traffic.py: Send with Invalidate both ways: memory window invalidated, then refused" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops send_inv --sizes 1,mtu-1,mtu+1,65536
 	check "traffic.py catches injected faults (data, canary, byte_len, immediate, atomic result)" \
 		traffic_selftest data,canary,byte_len,imm,old "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --sizes 1,mtu
 

@@ -5,10 +5,9 @@
 # traffic.py between them checks every byte and every completion of Send, Send with Immediate,
 # RDMA Write, Write with Immediate, Read, Fetch&Add and Compare&Swap in both directions at once
 # (rvrdma as requester and as responder of each), 1 B to 1 MiB, 1..max SGEs on each side (8 on
-# rvrdma, 32 on rxe), path MTU 1024 and 4096. Send with Invalidate goes from rvrdma to rxe: it
-# invalidates a type 2 memory window of rxe's that a Write just used, and a second Write through
-# it is refused with memory unchanged. The other way round cannot run: rvrdma has no memory
-# windows to invalidate.
+# rvrdma, 32 on rxe), path MTU 1024 and 4096. Send with Invalidate both ways: it invalidates a
+# type 2 memory window of the receiver (rxe's, then rvrdma's) that a Write just used, and a second
+# Write through it is refused with memory unchanged.
 #
 # Then smoke tests with stock tools (completion only): ibv_rc_pingpong and perftest Write/Read
 # bandwidth, both directions.
@@ -21,7 +20,7 @@ main() {
 		skip_all "interop needs RVRDMA_LINK_TYPE=rvrdma"
 	fi
 	ktap_print_header
-	ktap_set_plan 9
+	ktap_set_plan 10
 	dut_setup 1
 	# Room for a 4096-byte path MTU.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -36,6 +35,8 @@ main() {
 		--sizes 1,63,mtu-1,mtu,mtu+1,3*mtu+7,65536,1M
 	traffic_check "traffic.py rvrdma -> rxe Send with Invalidate: memory window invalidated, then refused" \
 		"${DUT}0" rxe1 --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops send_inv --dir a2b --sizes 1,mtu-1,mtu+1,65536,1M
+	traffic_check "traffic.py rxe -> rvrdma Send with Invalidate: memory window invalidated, then refused" \
+		"${DUT}0" rxe1 --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops send_inv --dir b2a --sizes 1,mtu-1,mtu+1,65536,1M
 
 	check "smoke: ibv_rc_pingpong 4096 B: rxe server, rvrdma client" \
 		pp_run ibv_rc_pingpong rxe1 10.77.0.2 "${DUT}0" 10.77.0.1 -c -s 4096 -n 50

@@ -26,6 +26,7 @@ use rvrdma_core::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
 };
 use rvrdma_core::memory::{AtomicOp, MemError, Memory};
+use rvrdma_core::mw::BindMwParams;
 use rvrdma_core::wire::{pad_count, Headers, ICRC_LEN};
 use rvrdma_core::wqe::{RecvWr, RegMrParams, SendOpcode, SgList, Sge};
 use sim::rules::fixtures::*;
@@ -149,6 +150,10 @@ impl Memory for Shared {
     }
 
     fn fast_register(&mut self, _: &RegMrParams) -> Result<(), MemError> {
+        Err(MemError::OpFailed)
+    }
+
+    fn bind_mw(&mut self, _: &BindMwParams) -> Result<(), MemError> {
         Err(MemError::OpFailed)
     }
 }

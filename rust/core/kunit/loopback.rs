@@ -9,6 +9,7 @@ use crate::rvcore::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer,
 };
 use crate::rvcore::memory::{AtomicOp, MemError, Memory};
+use crate::rvcore::mw::BindMwParams;
 use crate::rvcore::qp::{Qp, QpAttrs, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::wire::{pad_count, Headers, ICRC_LEN};
@@ -103,6 +104,10 @@ impl Memory for TestMem {
     }
 
     fn fast_register(&mut self, _p: &RegMrParams) -> Result<(), MemError> {
+        Err(MemError::OpFailed)
+    }
+
+    fn bind_mw(&mut self, _p: &BindMwParams) -> Result<(), MemError> {
         Err(MemError::OpFailed)
     }
 }

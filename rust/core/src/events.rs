@@ -21,6 +21,8 @@ pub enum WcStatus {
     LocQpOpErr = 2,
     /// IB_WC_LOC_PROT_ERR.
     LocProtErr = 4,
+    /// IB_WC_MW_BIND_ERR.
+    MwBindErr = 6,
     /// IB_WC_WR_FLUSH_ERR.
     WrFlushErr = 5,
     /// IB_WC_BAD_RESP_ERR.
@@ -57,6 +59,8 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// IB_WC_FETCH_ADD.
     FetchAdd = 4,
+    /// IB_WC_BIND_MW.
+    BindMw = 5,
     /// IB_WC_LOCAL_INV.
     LocalInv = 6,
     /// IB_WC_FLUSH.

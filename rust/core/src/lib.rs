@@ -26,6 +26,7 @@ pub mod credit;
 pub mod events;
 pub mod icrc;
 pub mod memory;
+pub mod mw;
 pub mod psn;
 pub mod qp;
 pub mod qp_state;

@@ -5,6 +5,7 @@
 //! Implementations must perform the check and the access as one step: a request outside an
 //! MR's bounds or rights returns an error and touches nothing.
 
+use crate::mw::BindMwParams;
 use crate::wqe::{RegMrParams, Sge};
 
 /// IB_ACCESS_LOCAL_WRITE.
@@ -86,4 +87,9 @@ pub trait Memory {
     fn local_invalidate(&mut self, key: u32) -> Result<(), MemError>;
     /// Fast-registers an MR (REG_MR work request).
     fn fast_register(&mut self, params: &RegMrParams) -> Result<(), MemError>;
+    /// Binds a memory window (BIND_MW work request) by the rules of
+    /// [`crate::mw::Window::bind`]. [`Self::check_remote`] and the remote accesses accept the
+    /// window's R_Key afterwards; [`Self::local_invalidate`] and [`Self::invalidate_remote`]
+    /// invalidate a type 2 window by it.
+    fn bind_mw(&mut self, params: &BindMwParams) -> Result<(), MemError>;
 }

@@ -585,9 +585,16 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     break;
                 }
                 if op.is_local() {
-                    let r = match op {
-                        SendOpcode::LocalInv => mem.local_invalidate(slot.wr.invalidate_rkey),
-                        _ => mem.fast_register(&slot.wr.reg),
+                    // A failed local operation completes in error and moves the QP to Error
+                    // (as rdma_rxe): a bad bind with IB_WC_MW_BIND_ERR, the others with
+                    // IB_WC_LOC_QP_OP_ERR.
+                    let (r, err) = match op {
+                        SendOpcode::LocalInv => (
+                            mem.local_invalidate(slot.wr.invalidate_rkey),
+                            WcStatus::LocQpOpErr,
+                        ),
+                        SendOpcode::BindMw => (mem.bind_mw(&slot.wr.bind), WcStatus::MwBindErr),
+                        _ => (mem.fast_register(&slot.wr.reg), WcStatus::LocQpOpErr),
                     };
                     let c = self.send;
                     self.send = c.wrapping_add(1);
@@ -596,10 +603,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                         s.started = true;
                     }
                     if r.is_err() {
-                        return (
-                            sent,
-                            self.complete_error(c, WcStatus::LocQpOpErr, ctx.qpn, out),
-                        );
+                        return (sent, self.complete_error(c, err, ctx.qpn, out));
                     }
                     if let Some(s) = self.slot_mut(c) {
                         s.done = true;

@@ -85,6 +85,8 @@ pub enum SendOpcode {
     AtomicFetchAndAdd = 6,
     /// IB_WR_LOCAL_INV.
     LocalInv = 7,
+    /// IB_WR_BIND_MW (user space only: `ibv_bind_mw` and type 2 windows).
+    BindMw = 8,
     /// IB_WR_SEND_WITH_INV.
     SendWithInv = 9,
     /// IB_WR_FLUSH (IBA 1.5, RC only).
@@ -107,6 +109,7 @@ impl SendOpcode {
             5 => SendOpcode::AtomicCmpAndSwp,
             6 => SendOpcode::AtomicFetchAndAdd,
             7 => SendOpcode::LocalInv,
+            8 => SendOpcode::BindMw,
             9 => SendOpcode::SendWithInv,
             14 => SendOpcode::Flush,
             15 => SendOpcode::AtomicWrite,
@@ -136,9 +139,12 @@ impl SendOpcode {
         )
     }
 
-    /// True for operations that never leave the local HCA (LOCAL_INV, REG_MR).
+    /// True for operations that never leave the local HCA (LOCAL_INV, REG_MR, BIND_MW).
     pub fn is_local(self) -> bool {
-        matches!(self, SendOpcode::LocalInv | SendOpcode::RegMr)
+        matches!(
+            self,
+            SendOpcode::LocalInv | SendOpcode::RegMr | SendOpcode::BindMw
+        )
     }
 
     /// True when the message consumes a receive WQE at the responder (Send and RDMA Write with
@@ -241,6 +247,8 @@ pub struct SendWr {
     pub swap: u64,
     /// Fast-register parameters (REG_MR).
     pub reg: RegMrParams,
+    /// Memory window bind parameters (BIND_MW).
+    pub bind: crate::mw::BindMwParams,
     /// The 8 bytes an ATOMIC WRITE stores, in memory order (carried in the WQE).
     pub atomic_write: [u8; 8],
     /// FLUSH parameters.
@@ -264,6 +272,14 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             reg: RegMrParams::default(),
+            bind: crate::mw::BindMwParams {
+                mw_rkey: 0,
+                rkey: 0,
+                mr_lkey: 0,
+                addr: 0,
+                length: 0,
+                access: 0,
+            },
             atomic_write: [0; 8],
             flush: FlushParams {
                 length: 0,

@@ -261,7 +261,7 @@ impl QpShared {
             timers.expire(QpTimer::RingPoll, now);
         }
         user.pull(core, self, paths, timers, pending);
-        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]);
+        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, self.qpn, &user.inline[..]);
         let mut out = QpOut::new(
             self,
             true,
@@ -363,6 +363,8 @@ fn destroy(qp: Arc<QpShared>) {
     // Every context that could hand the sending over has finished by now.
     workqueue::flush_work::<_, 1>(&*qp);
     workqueue::flush_work::<_, 2>(&*qp);
+    // Type 2 windows are bound to this QP, not to its number, which a new QP may get.
+    qp.dev.mrs.unbind_qp(qp.qpn);
     qp.send_cq.detach();
     qp.recv_cq.detach();
     drop(removed);

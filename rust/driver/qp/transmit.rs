@@ -115,7 +115,7 @@ pub(super) fn build(
         return (None, true);
     };
     let stale = !route.is_valid();
-    let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, inline);
+    let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, qp.qpn, inline);
     let built = tx::build_routed(tun, route, &params, len, |buf| {
         let n = h.encode(buf).map_err(|_| EINVAL)?;
         let rest = buf.get_mut(n..).ok_or(EINVAL)?;

@@ -9,6 +9,7 @@
 //! `dma.length` values), and the provider's private fields (`ssn`, `state`, PSNs) are ignored.
 
 use crate::ib::uabi::{self, recv_wqe, send_wqe, sge};
+use crate::rvcore::mw::BindMwParams;
 use crate::rvcore::wqe::{
     FlushParams, RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE,
 };
@@ -24,7 +25,7 @@ pub(crate) const SGE_SIZE: usize = uabi::SGE_SIZE;
 /// opcode rvrdma does not offer, `IB_WC_LOC_LEN_ERR` for bad lengths).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WqeError {
-    /// Unknown or unsupported opcode (memory windows, TSO).
+    /// Unknown or unsupported opcode (TSO, kernel-only REG_MR).
     Opcode,
     /// Too many SGEs, or inline data longer than the QP allows.
     Length,
@@ -116,6 +117,22 @@ pub(crate) fn parse_send(
             .get(SEND_WQE_HEADER..SEND_WQE_HEADER + 8)
             .ok_or((wr_id, WqeError::Length))?;
         wr.atomic_write.copy_from_slice(v);
+        return Ok(UserSend {
+            wr,
+            inline_len: None,
+            ah_num: 0,
+        });
+    }
+    if opcode == SendOpcode::BindMw {
+        // `ibv_bind_mw` (type 1, the provider writes this WQE) and IBV_WR_BIND_MW (type 2).
+        wr.bind = BindMwParams {
+            mw_rkey: u32_at(e, send_wqe::MW_MW_RKEY),
+            rkey: u32_at(e, send_wqe::MW_RKEY),
+            mr_lkey: u32_at(e, send_wqe::MW_MR_LKEY),
+            addr: u64_at(e, send_wqe::MW_ADDR),
+            length: u64_at(e, send_wqe::MW_LENGTH),
+            access: u32_at(e, send_wqe::MW_ACCESS),
+        };
         return Ok(UserSend {
             wr,
             inline_len: None,

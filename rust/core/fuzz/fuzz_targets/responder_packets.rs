@@ -303,6 +303,11 @@ impl Memory for FuzzMem {
             ..*p
         })
     }
+
+    fn bind_mw(&mut self, p: &rvrdma_core::mw::BindMwParams) -> Result<(), MemError> {
+        // The fuzzed traffic posts no BIND_MW; the model applies the window rules.
+        self.model.bind_mw(p)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use rvrdma_core::memory::{AtomicOp, MemError, Memory, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE};
+use rvrdma_core::mw::{BindMwParams, MrFacts, MwType, QpRef, Window};
 use rvrdma_core::wqe::{RegMrParams, Sge};
 
 /// One memory region.
@@ -26,6 +27,15 @@ pub struct Mr {
     pub valid: bool,
     /// Protection domain; the QP's is [`MemInner::pd`].
     pub pd: u32,
+}
+
+/// One memory window and the MR it is bound to (the driver's `RvrMw`).
+#[derive(Debug)]
+pub struct Mw {
+    /// The window's state and rules.
+    pub w: Window,
+    /// Key of the MR the window was bound to.
+    pub mr_key: u32,
 }
 
 /// The MR index of a key (the driver's `key_index`).
@@ -65,8 +75,12 @@ pub fn sge_pieces(sges: &[Sge], offset: u32, len: u64) -> Result<Vec<(u32, u64, 
 #[derive(Debug, Default)]
 pub struct MemInner {
     pub mrs: Vec<Mr>,
+    /// Memory windows; their key indices never collide with an MR's (one key space).
+    pub mws: Vec<Mw>,
     /// The PD of the QP this memory serves.
     pub pd: u32,
+    /// The number of the QP this memory serves (type 2 windows are tied to it).
+    pub qpn: u32,
     /// Number of atomics executed (for the exactly-once check).
     pub atomics_executed: u64,
     /// Number of ATOMIC WRITEs executed (exactly once each, also when duplicated).
@@ -114,6 +128,40 @@ impl MemInner {
             return Err(MemError::NoAccess);
         }
         Self::range(m, va, len).map(|_| ())
+    }
+
+    /// The QP this memory serves.
+    pub fn qp(&self) -> QpRef {
+        QpRef {
+            pd: self.pd,
+            qpn: self.qpn,
+        }
+    }
+
+    /// The window whose key index `key` has.
+    pub fn mw(&self, key: u32) -> Option<&Mw> {
+        self.mws
+            .iter()
+            .find(|m| key_index(m.w.key()) == key_index(key))
+    }
+
+    /// A remote access with R_Key `rkey`: an MR's key, or a window's, checked against the
+    /// window ([`Window::resolve`]) and then its MR. Returns the MR's key and the address in it.
+    pub fn remote_target(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(u32, u64), MemError> {
+        if let Some(mw) = self.mw(rkey) {
+            let mva = mw.w.resolve(rkey, self.qp(), va, len, access)?;
+            let m = self.mr(mw.mr_key).ok_or(MemError::BadKey)?;
+            Self::range(m, mva, len)?;
+            return Ok((mw.mr_key, mva));
+        }
+        self.check(rkey, va, len, access)?;
+        Ok((rkey, va))
     }
 
     /// The bytes at `va..va + len` of the MR `key` names (no access check).
@@ -176,13 +224,13 @@ impl MemInner {
 
     /// [`Memory::remote_write`]: the range must grant remote write.
     pub fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        self.check(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
-        self.write(rkey, va, data)
+        let (key, va) = self.remote_target(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
+        self.write(key, va, data)
     }
 
     /// [`Memory::remote_atomic`] on the 8 bytes at `va`, counted in `atomics_executed`.
     pub fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.check(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
+        let (rkey, va) = self.remote_target(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
         let b = self.read(rkey, va, 8)?;
         let old = u64::from_ne_bytes(b.try_into().map_err(|_| MemError::OutOfBounds)?);
         let new = match op {
@@ -202,7 +250,7 @@ impl MemInner {
 
     /// [`Memory::remote_atomic_write`]: the 8 bytes at `va`, counted in `atomic_writes_executed`.
     pub fn remote_atomic_write(&mut self, rkey: u32, va: u64, v: [u8; 8]) -> Result<(), MemError> {
-        self.check(rkey, va, 8, ACCESS_REMOTE_WRITE)?;
+        let (rkey, va) = self.remote_target(rkey, va, 8, ACCESS_REMOTE_WRITE)?;
         self.write(rkey, va, &v)?;
         self.atomic_writes_executed += 1;
         Ok(())
@@ -216,7 +264,9 @@ impl MemInner {
         access: u32,
     ) -> Result<(), MemError> {
         match range {
-            Some((va, len)) => self.check(rkey, va, len as u64, access)?,
+            Some((va, len)) => self
+                .remote_target(rkey, va, len as u64, access)
+                .map(|_| ())?,
             None => {
                 let m = self.mr(rkey).ok_or(MemError::BadKey)?;
                 if m.access & access != access {
@@ -231,6 +281,14 @@ impl MemInner {
     /// Invalidates the MR `key` names ([`Memory::invalidate_remote`] and
     /// [`Memory::local_invalidate`]).
     pub fn invalidate(&mut self, key: u32) -> Result<(), MemError> {
+        let qp = self.qp();
+        if let Some(mw) = self
+            .mws
+            .iter_mut()
+            .find(|m| key_index(m.w.key()) == key_index(key))
+        {
+            return mw.w.invalidate(key, qp);
+        }
         let mr = self.mr_mut(key).ok_or(MemError::BadKey)?;
         mr.valid = false;
         Ok(())
@@ -266,6 +324,33 @@ impl MemInner {
     }
 }
 
+impl MemInner {
+    /// [`Memory::bind_mw`]: the window `p.mw_rkey` names, bound to the MR `p.mr_lkey` names.
+    pub fn bind_mw(&mut self, p: &BindMwParams) -> Result<(), MemError> {
+        let qp = self.qp();
+        let facts = self
+            .mrs
+            .iter()
+            .find(|m| m.key == p.mr_lkey)
+            .map(|m| MrFacts {
+                pd: m.pd,
+                access: m.access,
+                iova: m.base,
+                length: m.bytes.len() as u64,
+                valid: m.valid,
+            });
+        let mw = self
+            .mws
+            .iter_mut()
+            .find(|m| key_index(m.w.key()) == key_index(p.mw_rkey))
+            .ok_or(MemError::BadKey)?;
+        mw.w.bind(p, qp, facts.as_ref())
+            .map_err(|_| MemError::OpFailed)?;
+        mw.mr_key = p.mr_lkey;
+        Ok(())
+    }
+}
+
 impl Memory for SimMem {
     fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
         self.0.borrow().check_local(sges, access)
@@ -276,7 +361,10 @@ impl Memory for SimMem {
     }
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
-        self.0.borrow().check(rkey, va, len as u64, access)
+        self.0
+            .borrow()
+            .remote_target(rkey, va, len as u64, access)
+            .map(|_| ())
     }
 
     fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
@@ -311,6 +399,10 @@ impl Memory for SimMem {
     fn fast_register(&mut self, p: &RegMrParams) -> Result<(), MemError> {
         self.0.borrow_mut().fast_register(p)
     }
+
+    fn bind_mw(&mut self, p: &BindMwParams) -> Result<(), MemError> {
+        self.0.borrow_mut().bind_mw(p)
+    }
 }
 
 impl SimMem {
@@ -336,6 +428,24 @@ impl SimMem {
             valid: true,
             pd,
         });
+    }
+
+    /// Allocates a memory window of the QP's PD with R_Key `key` (index unused by MRs and
+    /// windows).
+    pub fn add_mw(&self, kind: MwType, key: u32) {
+        let mut m = self.0.borrow_mut();
+        assert!(m.mrs.iter().all(|x| key_index(x.key) != key_index(key)));
+        assert!(m.mws.iter().all(|x| key_index(x.w.key()) != key_index(key)));
+        let pd = m.pd;
+        m.mws.push(Mw {
+            w: Window::new(kind, pd, key),
+            mr_key: 0,
+        });
+    }
+
+    /// The current key of the window with index `key >> 8`.
+    pub fn mw_key(&self, key: u32) -> u32 {
+        self.0.borrow().mw(key).expect("MW").w.key()
     }
 
     /// The bytes of the MR with index `key >> 8` at `va`, whatever its key, PD and state (to

@@ -2,6 +2,7 @@
 
 use rvrdma_core::apm::PathInfo;
 use rvrdma_core::events::{AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer};
+use rvrdma_core::memory::ACCESS_REMOTE_READ;
 use rvrdma_core::qp::Qp;
 use rvrdma_core::wire::{pad_count, Headers, ICRC_LEN};
 use rvrdma_core::wqe::{RecvSlot, SendSlot};
@@ -70,7 +71,11 @@ impl Outputs for SimOut {
                     .gather(sges, offset, len)
                     .expect("gather from validated SGEs"),
                 PayloadSource::Remote { rkey, va, len } => {
-                    m.read(rkey, va, len as u64).expect("validated remote read")
+                    // Through a window's key too, as the shell's `read_remote`.
+                    let (key, va) = m
+                        .remote_target(rkey, va, len as u64, ACCESS_REMOTE_READ)
+                        .expect("validated remote read");
+                    m.read(key, va, len as u64).expect("validated remote read")
                 }
                 PayloadSource::Bytes8(b) => b.to_vec(),
             }

@@ -128,6 +128,7 @@ pub fn mk_end_t(i: usize, srq: bool, qp_type: QpType) -> End {
         ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ,
     );
     mem.add_mr(ATM, ATM_VA, 64, ACCESS_REMOTE_ATOMIC);
+    mem.0.borrow_mut().qpn = 0x11 + i as u32;
     let qp = SimQp::new(
         QpCreate {
             qp_type,

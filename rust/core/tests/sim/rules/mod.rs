@@ -5,7 +5,8 @@
 //! `credits.rs` (seed 003), `nak_classes.rs` and `remote_access.rs` (seed 001, the responder's
 //! error classes), `requester.rs` (the SQ logic, completer and send window), `retries.rs`
 //! (seed 000, the retry count), `apm.rs` (seeds 000 and 002), `state.rs` (seed 004 and the
-//! state machine), `uc_ud.rs` (the unreliable transports), `hostile.rs` (a hostile peer) and
+//! state machine), `memory_windows.rs` (binding, using and invalidating memory windows),
+//! `uc_ud.rs` (the unreliable transports), `hostile.rs` (a hostile peer) and
 //! `regressions.rs` (bugs found by the simulation and fuzzing).
 
 mod apm;
@@ -13,6 +14,7 @@ mod atomic_write_flush;
 mod credits;
 mod fixtures;
 mod hostile;
+mod memory_windows;
 mod nak_classes;
 mod regressions;
 mod remote_access;
