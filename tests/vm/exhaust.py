@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Resource exhaustion: creates PDs, CQs, MRs, SRQs, AHs and QPs on one device until a create
+"""Resource exhaustion: creates PDs, CQs, MRs, SRQs, AHs, MWs and QPs on one device until a create
 fails; each kind must stop exactly at the limit `ibv_query_device` advertises (counting what the
 kernel already holds on the device, from `rdma resource show`), with ENOMEM, the errno the
 verbs man pages give for a device out of resources. Then everything is freed and the device's
@@ -18,7 +18,7 @@ import pyverbs.enums as e
 from pyverbs.addr import AH, AHAttr, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
-from pyverbs.mr import MR
+from pyverbs.mr import MR, MW
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPCap, QPInitAttr
@@ -95,6 +95,7 @@ def main():
     kind("srq", a.max_srq, lambda: SRQ(pd, SrqInitAttr(SrqAttr(max_wr=1, max_sge=1))), "srq")
     ah_attr = AHAttr(gr=GlobalRoute(dgid=gid, sgid_index=gid_index), is_global=1, port_num=1)
     kind("ah", a.max_ah, lambda: AH(pd, attr=ah_attr))
+    kind("mw", a.max_mw, lambda: MW(pd, e.IBV_MW_TYPE_2))
     cap = QPCap(max_send_wr=1, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
     kind("qp", a.max_qp,
          lambda: QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)), "qp")
