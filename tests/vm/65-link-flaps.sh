@@ -9,7 +9,8 @@
 . "$(dirname "$0")/lib.sh"
 
 DIR=$(mktemp -d)
-export RVRDMA_ACK_TIMEOUT=${RVRDMA_FLAP_ACK_TIMEOUT:-17}
+# (At least: the debug kernel asks for 18.)
+export RVRDMA_ACK_TIMEOUT=$((${RVRDMA_ACK_TIMEOUT:-14} > 17 ? ${RVRDMA_ACK_TIMEOUT:-14} : 17))
 
 main() {
 	ktap_print_header
@@ -23,9 +24,7 @@ main() {
 		under flap 60
 	check "both ports ACTIVE again after the flaps" \
 		wait_for "$RVRDMA_WAIT" eval 'port_is ${DUT}0 ACTIVE && port_is ${DUT}1 ACTIVE'
-	check "the flaps cost retransmissions (retransmitted_pkts grew)" \
-		eval "[ \$((\$(retransmitted) - r0)) -gt 0 ] || { echo \"retransmitted_pkts +\$((\$(retransmitted) - r0))\"; false; }"
-	diag "retransmitted_pkts during the flaps: +$(($(retransmitted) - r0))"
+	check "the flaps cost retransmissions (retransmitted_pkts grew)" grew "$r0"
 	check "traffic through 20 s of MTU changes (1500, 9000, 1200): every byte right" \
 		under mtu_cycle 20
 	check "MTU back to 1500 on both ends" eval '[ "$(in_a cat /sys/class/net/veth0/mtu)" = 1500 ]'
@@ -36,6 +35,14 @@ main() {
 	check "no kernel report during the flaps (lockdep, KASAN, refcount, hung task)" \
 		klog_clean_since "$t0"
 	ktap_finished
+}
+
+# grew BEFORE: retransmitted_pkts (both devices) is above BEFORE.
+grew() {
+	local now
+	now=$(retransmitted)
+	echo "retransmitted_pkts +$((now - $1))"
+	[ "$now" -gt "$1" ]
 }
 
 retransmitted() {
