@@ -56,9 +56,12 @@ import sys
 from pyverbs.device import Context
 ctx = Context(name=sys.argv[1])
 print("watching", flush=True)
-ev = ctx.get_async_event()
-print("event", ev.event_type, flush=True)
-ev.ack()' "${DUT}0" >"$DIR/watch.txt" 2>&1 &
+while True:
+    ev = ctx.get_async_event()
+    print("event", ev.event_type, flush=True)
+    ev.ack()
+    if ev.event_type == 8:
+        break' "${DUT}0" >"$DIR/watch.txt" 2>&1 &
 	wpid=$!
 	# Traffic must be flowing before the teardown.
 	wait_for 60 grep -q "operations$" "$DIR/traffic.txt" >/dev/null
@@ -80,7 +83,8 @@ ev.ack()' "${DUT}0" >"$DIR/watch.txt" 2>&1 &
 	return 0
 }
 
-# noticed TPID WPID: both exited; the watcher saw event 8 (IBV_EVENT_DEVICE_FATAL); traffic.py's
+# noticed TPID WPID: both exited; the watcher saw event 8 (IBV_EVENT_DEVICE_FATAL, maybe after
+# port events); traffic.py's
 # first failure, if any, is an error from the device (a completion status, a failed post or
 # verb, or completions that stopped coming from a device that is gone), not a data check.
 noticed() {
