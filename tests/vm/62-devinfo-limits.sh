@@ -35,9 +35,10 @@ main() {
 # devinfo_fields DEV: "name<TAB>value" for each device-level "name: value" line of ibv_devinfo -v
 # (the port sections and GIDs left out).
 devinfo_fields() {
-	ibv_devinfo -v -d "$1" | awk -F': *' '/^[[:space:]]*port:/ { exit }
-		NF >= 2 && $1 ~ /^[[:space:]]*[a-z_]+$/ { k = $1; gsub(/[[:space:]]/, "", k);
-			v = $0; sub(/^[^:]*: */, "", v); print k "\t" v }'
+	ibv_devinfo -v -d "$1" | awk '/^[[:space:]]*port:/ { exit }
+		match($0, /^[[:space:]]*[a-z_]+:/) { k = substr($0, 1, RLENGTH - 1); gsub(/[[:space:]]/, "", k);
+			v = substr($0, RLENGTH + 1); gsub(/^[[:space:]]+|[[:space:]]+$/, "", v);
+			if (v != "") print k "\t" v }'
 }
 
 # side_by_side A B: both devices answer ibv_devinfo -v; prints every device field with both

@@ -157,7 +157,8 @@ counters_table() {
 # NAK/response may legally move a QP to Error); a data, length or ordering failure is not.
 victims_ok() {
 	local first
-	tail -15 "$DIR/victim.txt"
+	grep -m3 '^FAIL' "$DIR/victim.txt"
+	tail -3 "$DIR/victim.txt"
 	[ "$1" -eq 0 ] && return 0
 	first=$(grep -m1 '^FAIL' "$DIR/victim.txt")
 	[ -n "$first" ] || return 1

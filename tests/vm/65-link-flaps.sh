@@ -59,10 +59,13 @@ under() {
 		--qps 4 --random 3000 --sizes 1,63,1024,3079,65536 --until "$stop" \
 		--timeout "$((60 * ${RVRDMA_TIME_SCALE:-1}))" >"$out" 2>&1 &
 	local tpid=$!
+	# Connected and moving data before the disturbance starts.
+	wait_for 120 grep -q "operations$" "$out" >/dev/null || { cat "$out"; return 1; }
 	"$@"
 	touch "$stop"
 	wait "$tpid" || rc=$?
-	tail -6 "$out"
+	grep -m3 '^FAIL' "$out"
+	tail -4 "$out"
 	[ "$rc" -eq 0 ] && return 0
 	first=$(grep -m1 '^FAIL' "$out")
 	echo "first failure: $first"

@@ -23,7 +23,7 @@ main() {
 	link_add "${DUT}0" veth0
 	check "a new ${DUT}0 on veth0 moves data-checked traffic" \
 		eval 'wait_for $RVRDMA_WAIT has_gid ${DUT}0 10.77.0.1 && fresh'
-	teardown "ip link del veth0 (and its peer)" in_a ip link del veth0
+	teardown "ip link del veth0 (and its peer)" ip netns exec "$NS_A" ip link del veth0
 	RDMA_LINKS=()
 	veth_pair 0
 	pair_up

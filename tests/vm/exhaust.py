@@ -80,6 +80,10 @@ def main():
         pre = now[held_key] if held_key else 0
         if held_key == "qp":
             pre -= gsi_qps(dev)
+        if held_key == "mr":
+            # Each kernel PD (the device has no local DMA lkey) holds an internal DMA MR that
+            # `rdma resource` does not list.
+            pre += base["pd"]
         want = limit - pre
         objs, err = fill(make, want + 16)
         n = len(objs)

@@ -5,9 +5,10 @@ Each packet is an IPv4/UDP datagram to port 4791 whose RoCE part is random but m
 formed: a random opcode (RC, UC, UD, reserved values and CNP), random PSN, AckReq, SE, MigReq,
 pad count and P_Key, the extension headers the opcode has (RETH, AETH, AtomicETH,
 AtomicAckETH, DETH, ImmDt, IETH, FETH) with random fields (R_Keys, addresses, lengths, MSNs,
-syndromes, Q_Keys), and a payload of random length (sometimes empty, longer than any MTU, or
-cut in the middle of a header). Most packets name one of the --qpns (the victims' QPs, with
-the source address of their real peer); the rest a random QP number.
+syndromes, Q_Keys), and a payload of random length (sometimes empty, longer than the victims'
+path MTU, or cut in the middle of a header; at most what a 1500-byte link carries). Most
+packets name one of the --qpns (the victims' QPs, with the source address of their real peer);
+the rest a random QP number.
 
 The ICRC is computed as RoCEv2 defines it (IBA A17.3.3: CRC-32 over 8 bytes of 0xFF, the IP
 and UDP headers and the BTH with their variant fields masked, then the rest), so packets get
@@ -67,7 +68,9 @@ def roce_packet(rng, qpn, qkeys):
     else:
         opcode = rng.choice(list(LAYOUT))
     layout = LAYOUT.get(opcode, [])
-    payload_len = rng.choice([0, 0, 1, 4, 8, 100, 1024, 4096, rng.randrange(0, 4200)])
+    # At most what fits a 1500-byte link with the largest headers (a raw socket does not
+    # fragment a DF packet); 1100..1400 is still more than the victims' path MTU of 1024.
+    payload_len = rng.choice([0, 0, 1, 4, 8, 100, 1024, 1400, rng.randrange(0, 1400)])
     pad = (-payload_len) % 4 if rng.random() < 0.9 else rng.getrandbits(2)
     flags = rng.getrandbits(1) << 7 | rng.getrandbits(1) << 6 | pad << 4  # SE, M, PadCnt, TVer 0
     pkey = 0xFFFF if rng.random() < 0.9 else rng.getrandbits(16)

@@ -439,6 +439,7 @@ class Traffic:
         self.rng = random.Random(seed)
         self.failures = 0
         self.fatal = False
+        self.inv_running = False  # run_inv is between the steps of one Send with Invalidate
         self.wrs = {}  # wr_id -> ("send" | "recv" | "bind", object)
         self.next_wr = 1
         self.outstanding = set()
@@ -1116,7 +1117,7 @@ class Traffic:
         while (todo and not self.fatal) or self.outstanding or self.landing:
             if self.landing:
                 self.land()
-            if todo and self.args.until and os.path.exists(self.args.until):
+            if todo and self.stopping() and not self.inv_running:
                 self.info("%s exists: %d operations left unposted" % (self.args.until, len(todo)))
                 todo.clear()
             while todo and not self.fatal and \
@@ -1166,17 +1167,24 @@ class Traffic:
             return None
         return box[0]
 
+    def stopping(self):
+        """Whether --until's file exists: post nothing new."""
+        return bool(self.args.until) and os.path.exists(self.args.until)
+
     def run_inv(self, specs):
         """Send with Invalidate, one at a time on a fresh QP pair each: bind a type 2 MW of the
         responder, Write through it, Send with Invalidate naming it, Write through it again
         (must be refused), and drop the pair (the refusal leaves it in the error state)."""
         for size, d in specs:
-            if self.fatal:
+            if self.fatal or self.stopping():
                 return
             pair = self.new_pair()
+            # A Send with Invalidate's steps belong together: --until waits for them.
+            self.inv_running = True
             try:
                 self.one_inv(size, d, pair)
             finally:
+                self.inv_running = False
                 self.close_pair(pair)
 
     def one_inv(self, size, d, pair):

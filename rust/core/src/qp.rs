@@ -358,6 +358,10 @@ where
             AttrMask::MAX_DEST_RD_ATOMIC,
             attrs.max_dest_rd_atomic > crate::responder::MAX_RESOURCES as u8,
         )?;
+        bad(
+            AttrMask::MAX_QP_RD_ATOMIC,
+            attrs.max_rd_atomic > crate::requester::MAX_RD_ATOMIC,
+        )?;
         // Everything is valid: commit.
         self.sm.commit(&t, mask, &params);
         if t.reset_queues {

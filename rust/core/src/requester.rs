@@ -13,6 +13,10 @@ use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
 use crate::wire::{AtomicEth, Bth, Feth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
 use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr};
 
+/// The most RDMA Reads and atomics a requester keeps outstanding (`max_qp_init_rd_atom`):
+/// Modify QP refuses a larger `max_rd_atomic`.
+pub const MAX_RD_ATOMIC: u8 = 16;
+
 /// The requester sets BTH:AckReq at least every this many packets of a long message (besides
 /// the last packet of every message).
 pub const ACK_REQ_EVERY: u32 = 16;

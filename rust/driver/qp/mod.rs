@@ -47,8 +47,9 @@ use timers::{QpTimer, QpTimers};
 use transmit::TxStream;
 use user_rings::UserRings;
 
-/// The core QP with kernel-allocated queue storage.
-pub type CoreQp = Qp<KVec<SendSlot>, KVec<RecvSlot>>;
+/// The core QP with kernel-allocated queue storage (kvmalloc: a queue `max_qp_wr` deep does
+/// not fit in one contiguous allocation).
+pub type CoreQp = Qp<KVVec<SendSlot>, KVVec<RecvSlot>>;
 
 /// Packets a work run transmits before it yields (it requeues itself).
 const WORK_BUDGET: usize = 64;

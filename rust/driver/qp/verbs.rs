@@ -215,8 +215,8 @@ impl QpVerbs for RvrDevice {
                     qpn,
                     srq: srq.is_some(),
                 },
-                KVec::from_elem(SendSlot::default(), sq_slots as usize, GFP_KERNEL)?,
-                KVec::from_elem(RecvSlot::default(), rq_slots as usize, GFP_KERNEL)?,
+                KVVec::from_elem(SendSlot::default(), sq_slots as usize, GFP_KERNEL)?,
+                KVVec::from_elem(RecvSlot::default(), rq_slots as usize, GFP_KERNEL)?,
             )
             .ok_or(EINVAL)?;
             let inner = QpInner {

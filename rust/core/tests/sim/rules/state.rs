@@ -123,3 +123,63 @@ fn srq_qp_flushes_the_wqe_it_holds_on_error() {
     assert_eq!(c[0].status, WcStatus::WrFlushErr);
     assert!(d.e[0].out.has_event(AsyncEvent::QpLastWqeReached));
 }
+
+/// The limits `query_device` advertises for Reads and atomics in flight hold: `max_rd_atomic`
+/// above `max_qp_init_rd_atom` and `max_dest_rd_atomic` above `max_qp_rd_atom` are refused.
+#[test]
+fn rd_atomic_depths_above_the_device_limits_are_refused() {
+    use rvrdma_core::qp::QpModifyError;
+    let mut d = Duo::new(Opts {
+        to: QpState::Rtr,
+        ..Opts::default()
+    });
+    let over = rvrdma_core::requester::MAX_RD_ATOMIC + 1;
+    let a = QpAttrs {
+        qp_state: QpState::Rts,
+        max_rd_atomic: over,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        ..QpAttrs::default()
+    };
+    let m = AttrMask::STATE
+        | AttrMask::SQ_PSN
+        | AttrMask::TIMEOUT
+        | AttrMask::RETRY_CNT
+        | AttrMask::RNR_RETRY
+        | AttrMask::MAX_QP_RD_ATOMIC;
+    assert_eq!(
+        d.modify(0, &a, m),
+        Err(QpModifyError::BadValue(AttrMask::MAX_QP_RD_ATOMIC))
+    );
+    assert_eq!(d.state(0), QpState::Rtr);
+    let a = QpAttrs {
+        max_rd_atomic: over - 1,
+        ..a
+    };
+    assert_eq!(d.modify(0, &a, m), Ok(()));
+    let mut e = Duo::new(Opts {
+        to: QpState::Init,
+        ..Opts::default()
+    });
+    let a = QpAttrs {
+        qp_state: QpState::Rtr,
+        path: e.e[0].paths[0],
+        path_mtu: 1,
+        dest_qp_num: 0x12,
+        max_dest_rd_atomic: rvrdma_core::responder::MAX_RESOURCES as u8 + 1,
+        min_rnr_timer: 3,
+        ..QpAttrs::default()
+    };
+    let m = AttrMask::STATE
+        | AttrMask::AV
+        | AttrMask::PATH_MTU
+        | AttrMask::DEST_QPN
+        | AttrMask::RQ_PSN
+        | AttrMask::MIN_RNR_TIMER
+        | AttrMask::MAX_DEST_RD_ATOMIC;
+    assert_eq!(
+        e.modify(0, &a, m),
+        Err(QpModifyError::BadValue(AttrMask::MAX_DEST_RD_ATOMIC))
+    );
+}
