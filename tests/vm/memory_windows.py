@@ -107,6 +107,8 @@ def rdma(qa, op, rkey, addr, length, wr_id):
 
 
 def close(*objs):
+    """Closes `objs` in order: the window before the QPs (rdma_rxe's bound type 2 window holds
+    its QP, whose destroy would otherwise wait for it in vain)."""
     for o in objs:
         o.close()
 
@@ -139,7 +141,7 @@ def type2(a, b, rng):
             why.append("the bytes read differ from B's MR")
     point(not why, "type 2 window: bind completes as IBV_WC_BIND_MW; a Write inside it lands "
           "exactly its bytes, a Read inside it returns B's bytes", "; ".join(why))
-    close(qa, qb, mw, o.mr)
+    close(mw, qa, qb, o.mr)
 
 
 def refused_access(a, b, rng, desc, access, offset, length, diag_only=False):
@@ -164,7 +166,7 @@ def refused_access(a, b, rng, desc, access, offset, length, diag_only=False):
         print("# %s: %s" % (desc, "; ".join(why) if why else "yes"))
     else:
         point(not why, desc, "; ".join(why))
-    close(qa, qb, mw, o.mr)
+    close(mw, qa, qb, o.mr)
 
 
 def invalidate(a, b, rng):
@@ -198,7 +200,7 @@ def invalidate(a, b, rng):
     point(not why, "Send with Invalidate of a type 2 window's R_Key arrives with WITH_INV; "
           "a Write through the key then gives IBV_WC_REM_ACCESS_ERR, memory unchanged",
           "; ".join(why))
-    close(qa, qb, mw, o.mr)
+    close(mw, qa, qb, o.mr)
 
 
 def type1(a, b, rng):
@@ -229,7 +231,7 @@ def type1(a, b, rng):
                        % wc_str(wc))
     point(not why, "type 1 window: ibv_bind_mw, a Read inside it returns B's bytes; after a "
           "zero-length bind a Read gives IBV_WC_REM_ACCESS_ERR", "; ".join(why))
-    close(qa, qb, mw, o.mr)
+    close(mw, qa, qb, o.mr)
 
 
 def bind_error(a, b, rng):
@@ -245,7 +247,7 @@ def bind_error(a, b, rng):
         why.append("QP state %d, want IBV_QPS_ERR" % attr.qp_state)
     point(not why, "binding to an MR without IBV_ACCESS_MW_BIND completes with "
           "IBV_WC_MW_BIND_ERR and the QP enters Error", "; ".join(why))
-    close(qa, qb, mw, o.mr)
+    close(mw, qa, qb, o.mr)
 
 
 def dereg(a, b, rng):
@@ -270,7 +272,7 @@ def dereg(a, b, rng):
             why.append("dereg after the window's deallocation: %s" % x)
     point(not why, "an MR with a bound window cannot be deregistered (EBUSY); once the window "
           "is deallocated it can", "; ".join(why))
-    close(qa, qb, mw, o.mr)
+    close(mw, qa, qb, o.mr)
 
 
 def caps(b):
