@@ -14,8 +14,9 @@ use crate::wire::{AtomicEth, Bth, Feth, Headers, Ieth, ImmDt, Opcode, Position, 
 use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr};
 
 /// The most RDMA Reads and atomics a requester keeps outstanding (`max_qp_init_rd_atom`):
-/// Modify QP refuses a larger `max_rd_atomic`.
-pub const MAX_RD_ATOMIC: u8 = 16;
+/// Modify QP refuses a larger `max_rd_atomic`. rdma_rxe's value: perftest gives the initiator
+/// the responder's depth, so a smaller one would refuse perftest's Reads from rdma_rxe.
+pub const MAX_RD_ATOMIC: u8 = 128;
 
 /// The requester sets BTH:AckReq at least every this many packets of a long message (besides
 /// the last packet of every message).
