@@ -169,7 +169,7 @@ impl WorkItem for QpShared {
         if route {
             this.refresh_routes();
         }
-        this.drive(Entry::Work);
+        let _ = this.drive(Entry::Work);
     }
 }
 
@@ -207,13 +207,13 @@ impl QpShared {
 
     /// Handles one received packet.
     pub fn receive(self: &Arc<Self>, h: &Headers, payload: &[u8], pm: &PathMatch) {
-        self.drive(Entry::Packet(h, payload, pm));
+        let _ = self.drive(Entry::Packet(h, payload, pm));
     }
 
     /// Handles one received packet whose opcode is reserved or not spoken (seed 001: an RC
     /// request gets an Invalid Request NAK and the QP enters Error; the rest is dropped).
     pub fn receive_unsupported(self: &Arc<Self>, bth: &RawBth, pm: &PathMatch) {
-        self.drive(Entry::Unsupported(bth, pm));
+        let _ = self.drive(Entry::Unsupported(bth, pm));
     }
 
     /// Queues the QP's work item (a no-op if it is queued already). Any context.
@@ -222,24 +222,27 @@ impl QpShared {
     }
 
     /// The common driving loop: process context or softirq (received packets are handled
-    /// inline, as the UDP layer hands them over). Never sleeps.
-    fn drive(self: &Arc<Self>, entry: Entry<'_>) {
-        let (pending, more) = {
+    /// inline, as the UDP layer hands them over). Never sleeps. Returns whether a route lookup
+    /// is due (the work item it schedules does it; a process-context caller may do it first).
+    fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
+        let (pending, more, route) = {
             let mut g = self.inner.lock();
             if g.dead {
-                return;
+                return false;
             }
             let now = now_ns();
             let inner = &mut *g;
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
-            (inner.pending.take(), more || inner.paths.lookup_due())
+            let route = inner.paths.lookup_due();
+            (inner.pending.take(), more || route, route)
         };
         self.flush_tx();
         self.deliver(pending);
         if more {
             self.schedule();
         }
+        route
     }
 
     /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains and

@@ -314,7 +314,7 @@ impl QpVerbs for RvrDevice {
             qp.look_up_routes(&[a.path, a.alt_path]);
         }
         let mut res = Ok(());
-        qp.drive(Entry::Modify(&a, mask, &mut res));
+        let _ = qp.drive(Entry::Modify(&a, mask, &mut res));
         if res.is_ok() && new_port {
             qp.wc_port.store(a.path.port_num, Ordering::Relaxed);
         }
@@ -357,14 +357,13 @@ impl QpVerbs for RvrDevice {
                 if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
                     return Err(EINVAL);
                 }
-                qp.0.drive(Entry::Doorbell);
                 // A datagram to a destination without a route yet waits in the ring: look the
                 // route up here rather than in the work item, so that the WQEs leave before the
                 // call returns (a program may post unsignaled datagrams and destroy the QP at
                 // once, as mckey's sender does).
-                if qp.0.inner.lock().paths.lookup_due() {
+                if qp.0.drive(Entry::Doorbell) {
                     qp.0.refresh_routes();
-                    qp.0.drive(Entry::Doorbell);
+                    let _ = qp.0.drive(Entry::Doorbell);
                 }
                 Ok(())
             }
