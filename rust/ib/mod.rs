@@ -11,6 +11,7 @@ pub mod link;
 pub mod mmap;
 pub mod mr;
 pub(crate) mod object;
+pub mod odp;
 pub mod pd;
 pub mod qp;
 pub mod queue;

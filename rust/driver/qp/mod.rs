@@ -18,9 +18,10 @@ mod user_rings;
 pub(crate) mod user_wqe;
 mod verbs;
 
+use super::counters::Counters;
 use super::cq::CqShared;
 use super::dev_shared::DevShared;
-use super::mr_table::QpMemory;
+use super::mr_table::{self, OdpFault, QpMemory};
 use super::srq::SrqShared;
 use crate::ib::{
     cq::WcQp,
@@ -86,6 +87,48 @@ impl Pending {
     }
 }
 
+/// Most received packets a QP keeps while it waits for on-demand-paging memory; more are
+/// dropped (the peer retransmits them, as after a loss).
+const MAX_DEFERRED: usize = 64;
+
+/// A received packet kept until its memory is resident.
+struct DeferredPacket {
+    h: Headers,
+    payload: KVec<u8>,
+    pm: PathMatch,
+}
+
+/// On-demand paging: what waits for memory to be faulted in (docs/odp.md).
+#[derive(Default)]
+pub(crate) struct OdpWait {
+    /// Received packets not yet taken, oldest first: the first found its memory not resident,
+    /// the others arrived behind it and keep their order.
+    packets: KVec<DeferredPacket>,
+    /// The range to fault in before anything waiting is tried again.
+    fault: Option<OdpFault>,
+    /// A range whose fault-in failed: the next try fails for real.
+    failed: Option<OdpFault>,
+}
+
+impl OdpWait {
+    /// Keeps a copy of a packet (any context: atomic allocation); `false` if it is dropped.
+    fn keep(&mut self, h: &Headers, payload: &[u8], pm: &PathMatch) -> bool {
+        if self.packets.len() >= MAX_DEFERRED {
+            return false;
+        }
+        let mut copy = KVec::new();
+        if copy.extend_from_slice(payload, GFP_ATOMIC).is_err() {
+            return false;
+        }
+        let p = DeferredPacket {
+            h: *h,
+            payload: copy,
+            pm: *pm,
+        };
+        self.packets.push(p, GFP_ATOMIC).is_ok()
+    }
+}
+
 /// The QP state under the lock.
 pub(crate) struct QpInner {
     /// The protocol core.
@@ -102,6 +145,8 @@ pub(crate) struct QpInner {
     depths: (u32, u32),
     /// Core counters already folded into the device's.
     last_counters: QpCounters,
+    /// On-demand paging: packets and WQEs waiting for memory.
+    odp: OdpWait,
     /// Set by destroy: nothing runs any more.
     dead: bool,
 }
@@ -164,9 +209,19 @@ impl WorkItem for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        let route = this.inner.lock().paths.lookup_due();
+        let (route, fault) = {
+            let mut g = this.inner.lock();
+            (g.paths.lookup_due(), g.odp.fault.take())
+        };
         if route {
             this.refresh_routes();
+        }
+        if let Some(f) = fault {
+            Counters::inc(&this.dev.counters.odp_faults);
+            // Process context, no lock: the fault may sleep. What waited is tried again below.
+            if mr_table::fault_in(&this.dev.mrs, this.pd_id, &f).is_err() {
+                this.inner.lock().odp.failed = Some(f);
+            }
         }
         this.drive(Entry::Work);
     }
@@ -232,7 +287,8 @@ impl QpShared {
             let inner = &mut *g;
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
-            (inner.pending.take(), more || inner.paths.lookup_due())
+            let more = more || inner.paths.lookup_due() || inner.odp.fault.is_some();
+            (inner.pending.take(), more)
         };
         self.flush_tx();
         self.deliver(pending);
@@ -250,6 +306,7 @@ impl QpShared {
             timers,
             pending,
             paths,
+            odp,
             ..
         } = inner;
         // Timers that expired (the work item runs them; the ring poll needs nothing more than
@@ -261,7 +318,13 @@ impl QpShared {
             timers.expire(QpTimer::RingPoll, now);
         }
         user.pull(core, self, paths, timers, pending);
-        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]);
+        let failed = if matches!(entry, Entry::Work) {
+            odp.failed.take()
+        } else {
+            None
+        };
+        let mut mem =
+            QpMemory::new(&self.dev.mrs, self.pd_id, &user.inline[..]).with_failed(failed);
         let mut out = QpOut::new(
             self,
             true,
@@ -277,21 +340,40 @@ impl QpShared {
         if rnr {
             core.timer_expired(now, Timer::Rnr, &mut out);
         }
+        // Packets that waited for on-demand-paging memory go first, in order (the work item
+        // faulted the memory in just before).
+        if matches!(entry, Entry::Work) && odp.fault.is_none() {
+            while !odp.packets.is_empty() {
+                let Ok(p) = odp.packets.remove(0) else {
+                    break;
+                };
+                self.take_packet(core, &p.h, &p.payload, &p.pm, &mut mem, &mut out, now);
+                if let Some(f) = mem.take_fault() {
+                    odp.fault = Some(f);
+                    // Back to the front: it keeps its place. The slot it left is free.
+                    let _ = odp.packets.insert_within_capacity(0, p);
+                    break;
+                }
+            }
+        }
         match entry {
             Entry::Packet(h, payload, pm) => {
-                // With an SRQ the QP takes a WQE only when a message needs one.
-                if let Some(srq) = self.srq.as_ref() {
-                    if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
-                        let (wr, fire) = srq.take();
-                        if let Some(wr) = wr {
-                            let _ = core.post_recv(&wr, &mut out);
-                        }
-                        if fire {
-                            out.srq_limit();
+                if !odp.packets.is_empty() {
+                    // Behind a packet that waits for memory: keep the order.
+                    if !odp.keep(h, payload, pm) {
+                        Counters::inc(&self.dev.counters.odp_drops);
+                    }
+                } else {
+                    self.take_packet(core, h, payload, pm, &mut mem, &mut out, now);
+                    if let Some(f) = mem.take_fault() {
+                        // Not taken: kept (or dropped, the peer retransmits) until the work
+                        // item has faulted the memory in.
+                        odp.fault = Some(f);
+                        if !odp.keep(h, payload, pm) {
+                            Counters::inc(&self.dev.counters.odp_drops);
                         }
                     }
                 }
-                core.receive(now, h, payload, pm, &mut mem, &mut out)
             }
             Entry::Modify(a, m, res) => {
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
@@ -300,6 +382,11 @@ impl QpShared {
             Entry::Work | Entry::Doorbell => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
+        // A WQE whose memory is not resident was not started; a payload that vanished since
+        // left its packet unbuilt (resent on the timer): fault either in from the work item.
+        if let Some(f) = mem.take_fault().or(out.odp_fault) {
+            odp.fault.get_or_insert(f);
+        }
         let (need_route, missing) = (out.need_route, out.missing_route);
         // `out` and `mem` borrow `inner`: their last use is above.
         if let Some(p) = missing {
@@ -313,6 +400,34 @@ impl QpShared {
         self.dev.counters.fold(&now_c, &mut inner.last_counters);
         inner.timers.rearm(self, now);
         (sent >= WORK_BUDGET, need_route)
+    }
+
+    /// Hands one received packet to the core (with an SRQ, first taking a receive WQE when the
+    /// message needs one).
+    #[allow(clippy::too_many_arguments)]
+    fn take_packet(
+        &self,
+        core: &mut CoreQp,
+        h: &Headers,
+        payload: &[u8],
+        pm: &PathMatch,
+        mem: &mut QpMemory<'_>,
+        out: &mut QpOut<'_>,
+        now: u64,
+    ) {
+        // With an SRQ the QP takes a WQE only when a message needs one.
+        if let Some(srq) = self.srq.as_ref() {
+            if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
+                let (wr, fire) = srq.take();
+                if let Some(wr) = wr {
+                    let _ = core.post_recv(&wr, out);
+                }
+                if fire {
+                    out.srq_limit();
+                }
+            }
+        }
+        core.receive(now, h, payload, pm, mem, out)
     }
 
     /// Reports what the core asked for (no lock held).

@@ -14,6 +14,7 @@ mod credits;
 mod fixtures;
 mod hostile;
 mod nak_classes;
+mod odp;
 mod regressions;
 mod remote_access;
 mod requester;
