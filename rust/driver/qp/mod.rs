@@ -31,7 +31,7 @@ use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{CqKind, Timer};
 use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
-use crate::rvcore::qp_state::AttrMask;
+use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
@@ -377,6 +377,10 @@ impl QpShared {
             }
             Entry::Modify(a, m, res) => {
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
+                if core.state() == QpState::Reset {
+                    // Kept packets belong to the connection that is gone.
+                    *odp = OdpWait::default();
+                }
             }
             Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
             Entry::Work | Entry::Doorbell => {}
