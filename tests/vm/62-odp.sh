@@ -3,8 +3,8 @@
 # with an ODP MR over its own anonymous mapping, RC between them. Send, RDMA Write, RDMA Read and
 # fetch-and-add, each compared byte for byte through the mappings, after the pages were taken
 # away (madvise(MADV_DONTNEED), munmap + mmap at the same address) so that every transfer faults
-# again and must see the process's current pages; ibv_advise_mr prefetches (the process's Rss
-# shows what was faulted in) and refuses a bad lkey or range; a write into a range unmapped for
+# again and must see the process's current pages; ibv_advise_mr prefetches (mincore shows
+# what was faulted in) and refuses a bad lkey or range; a write into a range unmapped for
 # good is a remote access error. Last, the devices counted the faults they handled.
 . "$(dirname "$0")/lib.sh"
 
