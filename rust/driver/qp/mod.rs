@@ -195,6 +195,10 @@ pub struct QpShared {
     requests_work: Work<QpShared, 1>,
     #[pin]
     responses_work: Work<QpShared, 2>,
+    /// Faults on-demand-paging memory in, then drives the QP (on a workqueue without
+    /// `WQ_MEM_RECLAIM`: a page fault may wait for reclaim, which the QP work item must not).
+    #[pin]
+    odp_work: Work<QpShared, 3>,
     #[pin]
     timer: HrTimer<QpShared>,
 }
@@ -203,19 +207,26 @@ kernel::impl_has_work! {
     impl HasWork<Self> for QpShared { self.work }
     impl HasWork<Self, 1> for QpShared { self.requests_work }
     impl HasWork<Self, 2> for QpShared { self.responses_work }
+    impl HasWork<Self, 3> for QpShared { self.odp_work }
 }
 
 impl WorkItem for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        let (route, fault) = {
-            let mut g = this.inner.lock();
-            (g.paths.lookup_due(), g.odp.fault.take())
-        };
+        let route = this.inner.lock().paths.lookup_due();
         if route {
             this.refresh_routes();
         }
+        this.drive(Entry::Work);
+    }
+}
+
+impl WorkItem<3> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        let fault = this.inner.lock().odp.fault.take();
         if let Some(f) = fault {
             Counters::inc(&this.dev.counters.odp_faults);
             // Process context, no lock: the fault may sleep. What waited is tried again below.
@@ -278,7 +289,7 @@ impl QpShared {
     /// The common driving loop: process context or softirq (received packets are handled
     /// inline, as the UDP layer hands them over). Never sleeps.
     fn drive(self: &Arc<Self>, entry: Entry<'_>) {
-        let (pending, more) = {
+        let (pending, more, fault) = {
             let mut g = self.inner.lock();
             if g.dead {
                 return;
@@ -287,13 +298,16 @@ impl QpShared {
             let inner = &mut *g;
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
-            let more = more || inner.paths.lookup_due() || inner.odp.fault.is_some();
-            (inner.pending.take(), more)
+            let more = more || inner.paths.lookup_due();
+            (inner.pending.take(), more, inner.odp.fault.is_some())
         };
         self.flush_tx();
         self.deliver(pending);
         if more {
             self.schedule();
+        }
+        if fault {
+            let _ = kernel::workqueue::system_unbound().enqueue::<_, 3>(self.clone());
         }
     }
 
@@ -479,7 +493,9 @@ fn destroy(qp: Arc<QpShared>) {
     // Received packets are handled in the UDP layer's RCU read-side section: after a grace
     // period no receive path holds a reference taken before the QP left the table.
     crate::sync::rcu::synchronize();
-    // Every context that could hand the sending over has finished by now.
+    // Every context that could hand the sending (or a fault) over has finished by now. The
+    // fault work runs on a system workqueue: it must be done before the module may go.
+    workqueue::flush_work::<_, 3>(&*qp);
     workqueue::flush_work::<_, 1>(&*qp);
     workqueue::flush_work::<_, 2>(&*qp);
     qp.send_cq.detach();

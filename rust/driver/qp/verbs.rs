@@ -253,6 +253,7 @@ impl QpVerbs for RvrDevice {
                     work <- kernel::new_work!("rvrdma_qp"),
                     requests_work <- kernel::new_work!("rvrdma_qp_requests"),
                     responses_work <- kernel::new_work!("rvrdma_qp_responses"),
+                    odp_work <- kernel::new_work!("rvrdma_qp_odp"),
                     timer <- HrTimer::new(),
                 }),
                 GFP_KERNEL,
