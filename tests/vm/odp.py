@@ -199,8 +199,9 @@ def advise_points(name):
 def main():
     dev_a, gid_a, dev_b, gid_b = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     c, s = Side(dev_a, gid_a), Side(dev_b, gid_b)
-    c.qp.connect(s.qp)
-    s.qp.connect(c.qp)
+    qp_access = ODP & ~e.IBV_ACCESS_ON_DEMAND
+    c.qp.connect(s.qp, access=qp_access)
+    s.qp.connect(c.qp, access=qp_access)
     caps(c)
 
     put(c.buf, pattern(1))
