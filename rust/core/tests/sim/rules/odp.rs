@@ -237,3 +237,62 @@ fn odp_sim_memory_reports_not_present() {
     set_absent(&m, RMT, false);
     assert_eq!(m.check_remote(RMT, RMT_VA, 8, 0), Ok(()));
 }
+
+/// UC: a packet not taken leaves the ePSN where it was, so taken again it is the expected one
+/// (no sequence error, no message dropped).
+#[test]
+fn odp_uc_send_not_resident_is_taken_again() {
+    let mut d = Duo::new(Opts {
+        uc: true,
+        pre_rtr_recvs: [0, 1],
+        ..Opts::default()
+    });
+    let data = pattern(600);
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post(0, send_wr(1, SendOpcode::Send, 600)).expect("post");
+    d.progress(0);
+    let pk = d.take(0);
+    assert_eq!(pk.len(), 3);
+    d.deliver(1, &pk[0].0, &pk[0].1, pk[0].2);
+    set_absent(&d.e[1].mem, DST, true);
+    d.deliver(1, &pk[1].0, &pk[1].1, pk[1].2);
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    set_absent(&d.e[1].mem, DST, false);
+    d.deliver_all(1, &pk[1..]);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].status, c[0].byte_len), (WcStatus::Success, 600));
+    assert_eq!(d.e[1].qp.counters().rq.sequence_errors, 0);
+    let got = d.e[1].mem.0.borrow().read(DST, DST_VA, 600).expect("read");
+    assert_eq!(got, data);
+}
+
+/// UD: a datagram whose receive buffer is not resident keeps its receive WQE; taken again it
+/// lands whole.
+#[test]
+fn odp_ud_receive_not_resident_is_taken_again() {
+    use super::uc_ud::{ud_pair, ud_send};
+    let mut d = ud_pair([0x1111, 0x2222]);
+    let data = pattern(300);
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post_recv(1, 1024).expect("recv");
+    d.post(0, ud_send(1, 300, 0x2222)).expect("post");
+    d.progress(0);
+    let p = d.take(0);
+    set_absent(&d.e[1].mem, DST, true);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    assert!(d.e[1].out.recv_cqes.is_empty());
+    assert_eq!(d.e[1].qp.rq_logic().credits(), 1);
+    set_absent(&d.e[1].mem, DST, false);
+    d.deliver(1, &p[0].0, &p[0].1, 1);
+    let c = &d.e[1].out.recv_cqes;
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].status, c[0].byte_len), (WcStatus::Success, 340));
+    let got = d.e[1]
+        .mem
+        .0
+        .borrow()
+        .read(DST, DST_VA + 40, 300)
+        .expect("read");
+    assert_eq!(got, data);
+}
