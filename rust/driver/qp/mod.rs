@@ -307,7 +307,7 @@ impl QpShared {
             self.schedule();
         }
         if fault {
-            let _ = kernel::workqueue::system_unbound().enqueue::<_, 3>(self.clone());
+            let _ = workqueue::system_dfl().enqueue::<_, 3>(self.clone());
         }
     }
 
