@@ -13,4 +13,5 @@
 #include "../c/rvrdma_helpers.h"
 #include "../c/rvrdma_net.h"
 #include "../c/rvrdma_mr.h"
+#include "../c/rvrdma_odp.h"
 #include "../c/rvrdma_queue.h"

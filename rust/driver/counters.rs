@@ -111,6 +111,11 @@ counters! {
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,
+    /// On-demand-paging ranges faulted in because a packet or WQE found them not resident.
+    odp_faults,
+    /// Packets dropped while their QP waited for on-demand-paging memory (too many kept, or no
+    /// memory to keep them): the peer retransmits them.
+    odp_drops,
 }
 
 impl Counters {

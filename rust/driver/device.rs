@@ -152,7 +152,7 @@ impl IbDriver for RvrDevice {
                 // persistent memory.
                 | DeviceAttr::CAP_ATOMIC_WRITE
                 | DeviceAttr::CAP_FLUSH_GLOBAL,
-            kernel_cap_flags: DeviceAttr::KCAP_ALLOW_USER_UNREG,
+            kernel_cap_flags: DeviceAttr::KCAP_ALLOW_USER_UNREG | DeviceAttr::KCAP_ON_DEMAND_PAGING,
             max_send_sge: super::qp::MAX_SGE as i32,
             max_recv_sge: super::qp::MAX_SGE as i32,
             max_sge_rd: super::qp::MAX_SGE as i32,
@@ -175,6 +175,17 @@ impl IbDriver for RvrDevice {
             max_fast_reg_page_list_len: 512,
             max_pkeys: 1,
             local_ca_ack_delay: 15,
+            // On-demand paging as rdma_rxe offers it (no implicit ODP); see docs/odp.md.
+            odp_general_caps: DeviceAttr::ODP_SUPPORT,
+            odp_rc_caps: DeviceAttr::ODP_SEND
+                | DeviceAttr::ODP_RECV
+                | DeviceAttr::ODP_WRITE
+                | DeviceAttr::ODP_READ
+                | DeviceAttr::ODP_ATOMIC
+                | DeviceAttr::ODP_SRQ_RECV
+                | DeviceAttr::ODP_FLUSH
+                | DeviceAttr::ODP_ATOMIC_WRITE,
+            odp_ud_caps: DeviceAttr::ODP_SEND | DeviceAttr::ODP_RECV | DeviceAttr::ODP_SRQ_RECV,
         })
     }
 

@@ -6,8 +6,8 @@
 #[kernel::prelude::kunit_tests(rvrdma_mr)]
 mod tests {
     use crate::driver::mr_table::{
-        in_range, key_index, key_may_replace, make_key, MrInfo, MrMem, MrState, MrTable, QpMemory,
-        RvrMr, ACCESS_REMOTE, INLINE_LKEY, MAX_MR_INDEX,
+        in_range, key_index, key_may_replace, make_key, MrInfo, MrMem, MrState, MrTable, OdpFault,
+        QpMemory, RvrMr, ACCESS_REMOTE, INLINE_LKEY, MAX_MR_INDEX,
     };
     use crate::driver::mw::RvrMw;
     use crate::ib::mr::PageList;
@@ -42,6 +42,24 @@ mod tests {
         assert!(check_range(0, 8, 8).is_ok());
         assert!(check_range(1, 8, 8).is_err());
         assert!(check_range(u64::MAX, 2, 8).is_err());
+    }
+
+    /// A failed on-demand-paging fault-in fails later accesses to the same MR's bytes only.
+    #[test]
+    fn odp_fault_overlaps() {
+        let f = |key, pos, len| OdpFault {
+            key,
+            pos,
+            len,
+            write: false,
+        };
+        let a = f(0x1ab, 0x1000, 0x100);
+        assert!(a.overlaps(&f(0x1ab, 0x10ff, 1)));
+        assert!(a.overlaps(&f(0x1ab, 0, 0x1001)));
+        assert!(!a.overlaps(&f(0x1ab, 0x1100, 8)));
+        assert!(!a.overlaps(&f(0x1ab, 0, 0x1000)));
+        assert!(!a.overlaps(&f(0x2ab, 0x1000, 0x100)));
+        assert!(f(0x1ab, u64::MAX - 1, 8).overlaps(&f(0x1ab, u64::MAX - 1, 1)));
     }
 
     /// Chunks never cross a block boundary and cover the range exactly.

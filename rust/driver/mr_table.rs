@@ -23,6 +23,7 @@
 use super::mw::RvrMw;
 use crate::ib::{
     mr::{KernelMemory, PageList},
+    odp::{OdpError, OdpPages},
     umem::UmemPages,
 };
 use crate::new_irq_spinlock;
@@ -33,6 +34,7 @@ use crate::rvcore::memory::{
 use crate::rvcore::mw::{BindMwParams, MrFacts, QpRef};
 use crate::rvcore::wqe::{RegMrParams, Sge, MAX_SGE};
 use crate::sync::irq_spinlock::IrqSpinLock;
+use core::cell::Cell;
 use kernel::{
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
@@ -78,6 +80,42 @@ pub enum MrMem {
     Dma(KernelMemory),
     /// A fast-registration page list (`alloc_mr` + `map_mr_sg` + REG_MR).
     Fast(PageList),
+    /// On-demand-paging user memory (`IB_ACCESS_ON_DEMAND`); position 0 is the MR's iova.
+    Odp(OdpPages),
+}
+
+/// A range of an on-demand-paging MR an access found not resident: what to fault in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OdpFault {
+    /// The key the access used.
+    pub key: u32,
+    /// Position in the MR.
+    pub pos: u64,
+    /// Bytes.
+    pub len: u64,
+    /// The access writes.
+    pub write: bool,
+}
+
+impl OdpFault {
+    /// True when `other` asks for (part of) the same memory.
+    pub fn overlaps(&self, other: &OdpFault) -> bool {
+        self.key == other.key
+            && self.pos < other.pos.saturating_add(other.len)
+            && other.pos < self.pos.saturating_add(self.len)
+    }
+}
+
+/// Whether access rights `access` mean writing the memory.
+fn writes(access: u32) -> bool {
+    access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0
+}
+
+fn odp_err(e: OdpError) -> MemError {
+    match e {
+        OdpError::NotPresent => MemError::NotPresent,
+        OdpError::Invalid => MemError::OutOfBounds,
+    }
 }
 
 /// Whether an MR may be used.
@@ -244,29 +282,62 @@ impl RvrMr {
         Ok(va - i.iova)
     }
 
+    /// False when `[pos, pos + len)` of an on-demand-paging MR is not resident (writable for
+    /// `write`); true for every other MR.
+    fn resident(&self, pos: u64, len: u64, write: bool) -> bool {
+        match &self.mem {
+            MrMem::Odp(p) => p.present(pos, len, write),
+            _ => true,
+        }
+    }
+
+    /// Makes `[pos, pos + len)` of an on-demand-paging MR resident (`fault` false: only what
+    /// the process has resident); nothing to do for other MRs. Process context.
+    pub fn fault_in(&self, pos: u64, len: u64, write: bool, fault: bool) -> Result {
+        match &self.mem {
+            MrMem::Odp(p) => p.fault_in(pos, len, write, fault),
+            _ => Ok(()),
+        }
+    }
+
     fn read_at(&self, pos: u64, out: &mut [u8]) -> Result<(), MemError> {
+        if let MrMem::Odp(p) = &self.mem {
+            return p.read(pos, out).map_err(odp_err);
+        }
         match &self.mem {
             MrMem::User(p) => p.read(pos, out),
             MrMem::Dma(m) => m.read(pos, out),
             MrMem::Fast(p) => p.read(pos, out),
+            MrMem::Odp(_) => Err(EINVAL),
         }
         .map_err(|_| MemError::OutOfBounds)
     }
 
     fn write_at(&self, pos: u64, data: &[u8]) -> Result<(), MemError> {
+        if let MrMem::Odp(p) = &self.mem {
+            return p.write(pos, data).map_err(odp_err);
+        }
         match &self.mem {
             MrMem::User(p) => p.write(pos, data),
             MrMem::Dma(m) => m.write(pos, data),
             MrMem::Fast(p) => p.write(pos, data),
+            MrMem::Odp(_) => Err(EINVAL),
         }
         .map_err(|_| MemError::OutOfBounds)
     }
 
     fn atomic_at(&self, pos: u64, op: AtomicOp) -> Result<u64, MemError> {
+        if let MrMem::Odp(p) = &self.mem {
+            return p.atomic(pos, op).map_err(|e| match e {
+                OdpError::NotPresent => MemError::NotPresent,
+                OdpError::Invalid => MemError::OpFailed,
+            });
+        }
         match &self.mem {
             MrMem::User(p) => p.atomic(pos, op),
             MrMem::Dma(m) => m.atomic(pos, op),
             MrMem::Fast(p) => p.atomic(pos, op),
+            MrMem::Odp(_) => Err(EINVAL),
         }
         .map_err(|_| MemError::OpFailed)
     }
@@ -551,16 +622,26 @@ impl MrTable {
     }
 }
 
-/// One resolved piece of an SGE list: the MR (`None`: inline area) and the position in it.
+/// One resolved piece of an SGE list: the MR (`None`: inline area), the position in it and the
+/// length.
 type Piece = (Option<Arc<RvrMr>>, u64, usize);
 
 /// The memory one QP may reach: the MRs and memory windows of its PD in the device's table,
 /// and its inline area.
+///
+/// An access to an on-demand-paging MR that finds a page not resident fails with
+/// [`MemError::NotPresent`] and records the range ([`QpMemory::take_fault`]), for the QP to
+/// fault in from process context before it hands the packet or WQE in again.
 pub struct QpMemory<'a> {
     table: &'a MrTable,
     pd_id: u32,
     qpn: u32,
     inline: &'a [u8],
+    /// The first range found not resident.
+    fault: Cell<Option<OdpFault>>,
+    /// A range whose fault-in failed: an access to it that finds it not resident fails for
+    /// real (the memory is gone, or never was writable).
+    failed: Option<OdpFault>,
 }
 
 impl<'a> QpMemory<'a> {
@@ -572,6 +653,8 @@ impl<'a> QpMemory<'a> {
             pd_id,
             qpn,
             inline,
+            fault: Cell::new(None),
+            failed: None,
         }
     }
 
@@ -579,6 +662,51 @@ impl<'a> QpMemory<'a> {
         QpRef {
             pd: self.pd_id,
             qpn: self.qpn,
+        }
+    }
+
+    /// The same, where `failed` (if any) is a range whose fault-in failed.
+    pub fn with_failed(mut self, failed: Option<OdpFault>) -> Self {
+        self.failed = failed;
+        self
+    }
+
+    /// The first range an access found not resident, if any.
+    pub fn take_fault(&self) -> Option<OdpFault> {
+        self.fault.take()
+    }
+
+    /// Passes `r` on; a [`MemError::NotPresent`] records `[pos, pos + len)` of `mr` under its
+    /// own key (an access through a window faults its MR in), or, for a range whose fault-in
+    /// failed, becomes an access error.
+    fn note<T>(
+        &self,
+        r: Result<T, MemError>,
+        mr: &RvrMr,
+        pos: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<T, MemError> {
+        if r.is_ok() {
+            return r;
+        }
+        match r {
+            Err(MemError::NotPresent) => {
+                let f = OdpFault {
+                    key: mr.info().key,
+                    pos,
+                    len,
+                    write,
+                };
+                if self.failed.is_some_and(|x| x.overlaps(&f)) {
+                    return Err(MemError::OutOfBounds);
+                }
+                if self.fault.get().is_none() {
+                    self.fault.set(Some(f));
+                }
+                Err(MemError::NotPresent)
+            }
+            r => r,
         }
     }
 
@@ -611,6 +739,27 @@ impl<'a> QpMemory<'a> {
             Entry::Mr(mr) => mr.invalidate(key, self.pd_id),
             Entry::Mw(mw) => mw.invalidate(key, self.qp()),
         }
+    }
+
+    /// Resolves an access (`remote`: through an R_Key, which may name a window) and, for an
+    /// on-demand-paging MR, checks the range is resident.
+    fn resolve_resident(
+        &self,
+        key: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+        remote: bool,
+    ) -> Result<(Arc<RvrMr>, u64), MemError> {
+        let (mr, pos) = if remote {
+            self.resolve_remote(key, va, len, access)?
+        } else {
+            self.table.resolve(key, self.pd_id, va, len, access)?
+        };
+        if !mr.resident(pos, len, writes(access)) {
+            return self.note(Err(MemError::NotPresent), &mr, pos, len, writes(access));
+        }
+        Ok((mr, pos))
     }
 
     /// Resolves `[offset, offset + total)` of the SGE list into at most `MAX_SGE` pieces, all
@@ -675,7 +824,7 @@ impl<'a> QpMemory<'a> {
         self.resolve_sges(sges, offset, total, 0, |(mr, pos, len), done| {
             let dst = out.get_mut(done..done + len).ok_or(MemError::OutOfBounds)?;
             match mr {
-                Some(mr) => mr.read_at(*pos, dst),
+                Some(mr) => self.note(mr.read_at(*pos, dst), mr, *pos, *len as u64, false),
                 None => {
                     let p = *pos as usize;
                     let src = self.inline.get(p..p + len).ok_or(MemError::OutOfBounds)?;
@@ -690,7 +839,7 @@ impl<'a> QpMemory<'a> {
     /// of an RDMA Read response.
     pub fn read_remote(&self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
         let (mr, pos) = self.resolve_remote(rkey, va, out.len() as u64, ACCESS_REMOTE_READ)?;
-        mr.read_at(pos, out)
+        self.note(mr.read_at(pos, out), &mr, pos, out.len() as u64, false)
     }
 }
 
@@ -705,8 +854,7 @@ impl Memory for QpMemory<'_> {
                 }
                 continue;
             }
-            self.table
-                .resolve(s.lkey, self.pd_id, s.addr, u64::from(s.length), access)?;
+            self.resolve_resident(s.lkey, s.addr, u64::from(s.length), access, false)?;
         }
         Ok(())
     }
@@ -720,7 +868,7 @@ impl Memory for QpMemory<'_> {
             |(mr, pos, len), done| {
                 let src = data.get(done..done + len).ok_or(MemError::OutOfBounds)?;
                 match mr {
-                    Some(mr) => mr.write_at(*pos, src),
+                    Some(mr) => self.note(mr.write_at(*pos, src), mr, *pos, *len as u64, true),
                     None => Err(MemError::BadKey),
                 }
             },
@@ -728,13 +876,13 @@ impl Memory for QpMemory<'_> {
     }
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
-        self.resolve_remote(rkey, va, u64::from(len), access)
+        self.resolve_resident(rkey, va, u64::from(len), access, true)
             .map(|_| ())
     }
 
     fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
         let (mr, pos) = self.resolve_remote(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
-        mr.write_at(pos, data)
+        self.note(mr.write_at(pos, data), &mr, pos, data.len() as u64, true)
     }
 
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
@@ -742,12 +890,18 @@ impl Memory for QpMemory<'_> {
             return Err(MemError::OpFailed);
         }
         let (mr, pos) = self.resolve_remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
-        mr.atomic_at(pos, op)
+        self.note(mr.atomic_at(pos, op), &mr, pos, 8, true)
     }
 
     fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError> {
         let (mr, pos) = self.resolve_remote(rkey, va, 8, ACCESS_REMOTE_WRITE)?;
-        mr.atomic_store_at(pos, u64::from_ne_bytes(value))
+        self.note(
+            mr.atomic_store_at(pos, u64::from_ne_bytes(value)),
+            &mr,
+            pos,
+            8,
+            true,
+        )
     }
 
     fn remote_flush(
@@ -807,10 +961,23 @@ impl Memory for QpMemory<'_> {
     }
 }
 
-/// The `ib_access_flags` bits `reg_user_mr` accepts (rxe's set without on-demand paging and
-/// persistent flush, which rvrdma does not offer).
+/// The `ib_access_flags` bits `reg_user_mr` accepts (rxe's set without persistent flush,
+/// which rvrdma does not offer).
 pub const ACCESS_SUPPORTED_MR: u32 = ACCESS_LOCAL_WRITE
     | ACCESS_REMOTE
     | crate::ib::mr::ACCESS_MW_BIND
     | crate::ib::mr::ACCESS_FLUSH_GLOBAL
+    | crate::ib::mr::ACCESS_ON_DEMAND
     | crate::ib::mr::ACCESS_OPTIONAL;
+
+/// Faults in the range `f` names, in an MR of PD `pd_id` (process context: sleeps). An MR
+/// that is gone, or whose key changed, needs nothing: the access fails on its own.
+pub fn fault_in(table: &MrTable, pd_id: u32, f: &OdpFault) -> Result {
+    let Some(mr) = table.lookup(f.key) else {
+        return Ok(());
+    };
+    if mr.pd_id() != pd_id {
+        return Ok(());
+    }
+    mr.fault_in(f.pos, f.len, f.write, true)
+}

@@ -113,6 +113,12 @@ pub struct DeviceAttr {
     pub max_pkeys: u16,
     /// Local CA ACK delay (4.096 us * 2^value).
     pub local_ca_ack_delay: u8,
+    /// On-demand paging: `odp_caps.general_caps` (the `ODP_*` constants).
+    pub odp_general_caps: u64,
+    /// On-demand paging: the operations RC QPs support on such MRs (`IB_ODP_SUPPORT_*`).
+    pub odp_rc_caps: u32,
+    /// On-demand paging: the operations UD QPs support on such MRs.
+    pub odp_ud_caps: u32,
 }
 
 impl DeviceAttr {
@@ -141,6 +147,26 @@ impl DeviceAttr {
     pub const CAP_FLUSH_GLOBAL: u64 = b::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL as u64;
     /// `IBK_ALLOW_USER_UNREG`: the device may be unregistered while user space holds it open.
     pub const KCAP_ALLOW_USER_UNREG: u64 = b::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+    /// `IBK_ON_DEMAND_PAGING`: user MRs may be registered with `IB_ACCESS_ON_DEMAND`.
+    pub const KCAP_ON_DEMAND_PAGING: u64 = b::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING as u64;
+    /// `IB_ODP_SUPPORT`: on-demand paging (general capability).
+    pub const ODP_SUPPORT: u64 = b::ib_odp_general_cap_bits_IB_ODP_SUPPORT as u64;
+    /// `IB_ODP_SUPPORT_SEND`.
+    pub const ODP_SEND: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND;
+    /// `IB_ODP_SUPPORT_RECV`.
+    pub const ODP_RECV: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV;
+    /// `IB_ODP_SUPPORT_WRITE`.
+    pub const ODP_WRITE: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE;
+    /// `IB_ODP_SUPPORT_READ`.
+    pub const ODP_READ: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ;
+    /// `IB_ODP_SUPPORT_ATOMIC`.
+    pub const ODP_ATOMIC: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC;
+    /// `IB_ODP_SUPPORT_SRQ_RECV`.
+    pub const ODP_SRQ_RECV: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
+    /// `IB_ODP_SUPPORT_FLUSH`.
+    pub const ODP_FLUSH: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_FLUSH;
+    /// `IB_ODP_SUPPORT_ATOMIC_WRITE`.
+    pub const ODP_ATOMIC_WRITE: u32 = b::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC_WRITE;
 
     /// Writes the attributes into ib_core's structure.
     pub(super) fn write_to(&self, a: &mut b::ib_device_attr) {
@@ -177,6 +203,9 @@ impl DeviceAttr {
         a.max_fast_reg_page_list_len = self.max_fast_reg_page_list_len;
         a.max_pkeys = self.max_pkeys;
         a.local_ca_ack_delay = self.local_ca_ack_delay;
+        a.odp_caps.general_caps = self.odp_general_caps;
+        a.odp_caps.per_transport_caps.rc_odp_caps = self.odp_rc_caps;
+        a.odp_caps.per_transport_caps.ud_odp_caps = self.odp_ud_caps;
     }
 }
 

@@ -12,6 +12,7 @@ pub mod mmap;
 pub mod mr;
 pub mod mw;
 pub(crate) mod object;
+pub mod odp;
 pub mod pd;
 pub mod qp;
 pub mod queue;

@@ -36,6 +36,30 @@ pub const ACCESS_MW_BIND: u32 = b::ib_access_flags_IB_ACCESS_MW_BIND;
 pub const ACCESS_FLUSH_GLOBAL: u32 = b::ib_access_flags_IB_ACCESS_FLUSH_GLOBAL;
 /// `IB_ACCESS_OPTIONAL`: the range of access bits a device may ignore.
 pub const ACCESS_OPTIONAL: u32 = b::ib_access_flags_IB_ACCESS_OPTIONAL;
+/// `IB_ACCESS_ON_DEMAND`: the MR's pages are faulted in on access, not pinned.
+pub const ACCESS_ON_DEMAND: u32 = b::ib_access_flags_IB_ACCESS_ON_DEMAND;
+
+/// What `ibv_advise_mr` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Fault the pages in for reading (`IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH`).
+    Prefetch,
+    /// Fault the pages in for writing (`..._PREFETCH_WRITE`).
+    PrefetchWrite,
+    /// Take the pages that are resident, without faulting (`..._PREFETCH_NO_FAULT`).
+    PrefetchNoFault,
+}
+
+/// One range of an `advise_mr` call.
+#[derive(Clone, Copy, Debug)]
+pub struct AdviseSge {
+    /// Address (in the MR's iova space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The MR's lkey.
+    pub lkey: u32,
+}
 
 /// The keys of a new MR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +113,10 @@ pub trait MrVerbs: PdVerbs {
 
     /// Destroys an MR; returns only when nothing can access its memory any more.
     fn dereg_mr(dev: &Device<Self>, mr: Self::Mr);
+
+    /// `ibv_advise_mr`: prefetches the ranges `sges` of MRs of `pd` (`flush`: the pages are in
+    /// when the call returns; otherwise a best effort). Process context.
+    fn advise_mr(pd: &Pd<Self>, advice: Advice, flush: bool, sges: &[AdviseSge]) -> Result;
 }
 
 /// A driver-allocated MR: the `ib_mr` first, the driver's data behind it.
@@ -171,6 +199,58 @@ pub(crate) fn install<T: MrVerbs>(ops: &mut b::ib_device_ops) {
     ops.alloc_mr = Some(alloc_mr::<T>);
     ops.map_mr_sg = Some(map_mr_sg::<T>);
     ops.dereg_mr = Some(dereg_mr::<T>);
+    ops.advise_mr = Some(advise_mr::<T>);
+}
+
+/// Most ranges one `advise_mr` call may name (ib_uverbs allows this many too).
+const MAX_ADVISE_SGE: u32 = 32;
+
+/// # Safety
+///
+/// ib_core callback: `ibpd` is a live PD of ours, `sg_list` valid for `num_sge` entries.
+unsafe extern "C" fn advise_mr<T: MrVerbs>(
+    ibpd: *mut b::ib_pd,
+    advice: b::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut b::ib_sge,
+    num_sge: u32,
+    _attrs: *mut b::uverbs_attr_bundle,
+) -> c_int {
+    let advice = match advice {
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => Advice::Prefetch,
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => {
+            Advice::PrefetchWrite
+        }
+        b::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
+            Advice::PrefetchNoFault
+        }
+        _ => return crate::errno::eopnotsupp().to_errno(),
+    };
+    if num_sge > MAX_ADVISE_SGE || (num_sge > 0 && sg_list.is_null()) {
+        return EINVAL.to_errno();
+    }
+    let mut sges = [AdviseSge {
+        addr: 0,
+        length: 0,
+        lkey: 0,
+    }; MAX_ADVISE_SGE as usize];
+    for (i, slot) in sges.iter_mut().enumerate().take(num_sge as usize) {
+        // SAFETY: `sg_list` is valid for `num_sge` entries (ib_core's contract) and `i` is
+        // below it.
+        let sge = unsafe { &*sg_list.add(i) };
+        *slot = AdviseSge {
+            addr: sge.addr,
+            length: sge.length,
+            lkey: sge.lkey,
+        };
+    }
+    // SAFETY: ib_core passes a live PD of ours, initialised by `alloc_pd`.
+    let pd = unsafe { Pd::<T>::from_raw(ibpd) };
+    let flush = flags & b::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH != 0;
+    match T::advise_mr(pd, advice, flush, &sges[..num_sge as usize]) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
 }
 
 /// # Safety

@@ -124,6 +124,13 @@ pub fn queue() -> &'static Queue {
     unsafe { Queue::from_raw(q) }
 }
 
+/// The kernel's default unbound workqueue (`system_dfl_wq`, without `WQ_MEM_RECLAIM`): for work
+/// that may wait for memory reclaim, which the module's own queues must not.
+pub fn system_dfl() -> &'static Queue {
+    // SAFETY: `system_dfl_wq` is set up at boot, never changes and is never destroyed.
+    unsafe { Queue::from_raw(kernel::bindings::system_dfl_wq) }
+}
+
 /// Waits until the work item `W` embedded in `item` is neither queued nor running
 /// (`flush_work`): a queued run still happens (and drops its own reference), then this returns.
 /// Returns whether it had to wait. May sleep: process context only.

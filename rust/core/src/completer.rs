@@ -4,7 +4,7 @@
 //! and RNR timers, and in-order completion of send WQEs.
 
 use crate::events::{Completion, CqKind, Outputs, Timer, WcOpcode, WcStatus};
-use crate::memory::Memory;
+use crate::memory::{MemError, Memory};
 use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
 use crate::requester::{
     local_ack_timeout_ns, SqLogic, SqOutcome, TxCtx, CWND_AFTER_TIMEOUT, CWND_MIN, MAX_UNACKED_PSNS,
@@ -399,12 +399,13 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             self.counters.duplicate_responses = self.counters.duplicate_responses.wrapping_add(1);
             return SqOutcome::Ok;
         }
-        if !payload.is_empty()
-            && mem
-                .scatter(s.wr.sg.as_slice(), s.read_done, payload)
-                .is_err()
-        {
-            return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out);
+        if !payload.is_empty() {
+            match mem.scatter(s.wr.sg.as_slice(), s.read_done, payload) {
+                Ok(()) => {}
+                // Not taken: handed in again once the memory is resident.
+                Err(MemError::NotPresent) => return SqOutcome::Ok,
+                Err(_) => return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),
+            }
         }
         let done = ends && end == s.len;
         if let Some(m) = self.slot_mut(c) {
@@ -449,8 +450,10 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             return SqOutcome::Ok;
         }
         let bytes = orig.orig.to_ne_bytes();
-        if mem.scatter(s.wr.sg.as_slice(), 0, &bytes).is_err() {
-            return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out);
+        match mem.scatter(s.wr.sg.as_slice(), 0, &bytes) {
+            Ok(()) => {}
+            Err(MemError::NotPresent) => return SqOutcome::Ok,
+            Err(_) => return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),
         }
         if let Some(m) = self.slot_mut(c) {
             m.done = true;

@@ -32,6 +32,12 @@ pub enum MemError {
     NoAccess,
     /// The operation itself failed (e.g. fast-register of an MR still valid).
     OpFailed,
+    /// The memory is valid but not resident now (an on-demand-paging MR whose pages the caller
+    /// must fault in first, which it cannot do where the engine runs). Nothing is reported to
+    /// anyone: the engine leaves its state as if it had not seen the request packet, response
+    /// packet or WQE, and the caller hands it in again once the memory is resident. A copy
+    /// that stopped part way may be repeated in full (the same bytes land again).
+    NotPresent,
 }
 
 /// An atomic operation on 8 bytes of remote memory.

@@ -8,7 +8,7 @@
 use crate::apm::PathInfo;
 use crate::credit::CreditLimit;
 use crate::events::{Outputs, PayloadSource, Timer, WcStatus};
-use crate::memory::{Memory, ACCESS_LOCAL_WRITE};
+use crate::memory::{MemError, Memory, ACCESS_LOCAL_WRITE};
 use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
 use crate::wire::{AtomicEth, Bth, Feth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
 use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr};
@@ -624,12 +624,17 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 } else {
                     0
                 };
-                if mem.check_local(slot.wr.sg.as_slice(), access).is_err() {
-                    let c = self.send;
-                    return (
-                        sent,
-                        self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),
-                    );
+                match mem.check_local(slot.wr.sg.as_slice(), access) {
+                    Ok(()) => {}
+                    // Not started: the caller makes the memory resident and drives us again.
+                    Err(MemError::NotPresent) => break,
+                    Err(_) => {
+                        let c = self.send;
+                        return (
+                            sent,
+                            self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),
+                        );
+                    }
                 }
                 if ctx.transport == Transport::Rc {
                     if op.needs_rq_wqe() {

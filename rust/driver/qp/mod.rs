@@ -18,9 +18,10 @@ mod user_rings;
 pub(crate) mod user_wqe;
 mod verbs;
 
+use super::counters::Counters;
 use super::cq::CqShared;
 use super::dev_shared::DevShared;
-use super::mr_table::QpMemory;
+use super::mr_table::{self, OdpFault, QpMemory};
 use super::srq::SrqShared;
 use crate::ib::{
     cq::WcQp,
@@ -30,7 +31,7 @@ use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{CqKind, Timer};
 use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
-use crate::rvcore::qp_state::AttrMask;
+use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
@@ -87,6 +88,48 @@ impl Pending {
     }
 }
 
+/// Most received packets a QP keeps while it waits for on-demand-paging memory; more are
+/// dropped (the peer retransmits them, as after a loss).
+const MAX_DEFERRED: usize = 64;
+
+/// A received packet kept until its memory is resident.
+struct DeferredPacket {
+    h: Headers,
+    payload: KVec<u8>,
+    pm: PathMatch,
+}
+
+/// On-demand paging: what waits for memory to be faulted in (docs/odp.md).
+#[derive(Default)]
+pub(crate) struct OdpWait {
+    /// Received packets not yet taken, oldest first: the first found its memory not resident,
+    /// the others arrived behind it and keep their order.
+    packets: KVec<DeferredPacket>,
+    /// The range to fault in before anything waiting is tried again.
+    fault: Option<OdpFault>,
+    /// A range whose fault-in failed: the next try fails for real.
+    failed: Option<OdpFault>,
+}
+
+impl OdpWait {
+    /// Keeps a copy of a packet (any context: atomic allocation); `false` if it is dropped.
+    fn keep(&mut self, h: &Headers, payload: &[u8], pm: &PathMatch) -> bool {
+        if self.packets.len() >= MAX_DEFERRED {
+            return false;
+        }
+        let mut copy = KVec::new();
+        if copy.extend_from_slice(payload, GFP_ATOMIC).is_err() {
+            return false;
+        }
+        let p = DeferredPacket {
+            h: *h,
+            payload: copy,
+            pm: *pm,
+        };
+        self.packets.push(p, GFP_ATOMIC).is_ok()
+    }
+}
+
 /// The QP state under the lock.
 pub(crate) struct QpInner {
     /// The protocol core.
@@ -103,6 +146,8 @@ pub(crate) struct QpInner {
     depths: (u32, u32),
     /// Core counters already folded into the device's.
     last_counters: QpCounters,
+    /// On-demand paging: packets and WQEs waiting for memory.
+    odp: OdpWait,
     /// Set by destroy: nothing runs any more.
     dead: bool,
 }
@@ -151,6 +196,10 @@ pub struct QpShared {
     requests_work: Work<QpShared, 1>,
     #[pin]
     responses_work: Work<QpShared, 2>,
+    /// Faults on-demand-paging memory in, then drives the QP (on a workqueue without
+    /// `WQ_MEM_RECLAIM`: a page fault may wait for reclaim, which the QP work item must not).
+    #[pin]
+    odp_work: Work<QpShared, 3>,
     #[pin]
     timer: HrTimer<QpShared>,
 }
@@ -159,6 +208,7 @@ kernel::impl_has_work! {
     impl HasWork<Self> for QpShared { self.work }
     impl HasWork<Self, 1> for QpShared { self.requests_work }
     impl HasWork<Self, 2> for QpShared { self.responses_work }
+    impl HasWork<Self, 3> for QpShared { self.odp_work }
 }
 
 impl WorkItem for QpShared {
@@ -170,6 +220,22 @@ impl WorkItem for QpShared {
             this.refresh_routes();
         }
         let _ = this.drive(Entry::Work);
+    }
+}
+
+impl WorkItem<3> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        let fault = this.inner.lock().odp.fault.take();
+        if let Some(f) = fault {
+            Counters::inc(&this.dev.counters.odp_faults);
+            // Process context, no lock: the fault may sleep. What waited is tried again below.
+            if mr_table::fault_in(&this.dev.mrs, this.pd_id, &f).is_err() {
+                this.inner.lock().odp.failed = Some(f);
+            }
+        }
+        this.drive(Entry::Work);
     }
 }
 
@@ -225,7 +291,7 @@ impl QpShared {
     /// inline, as the UDP layer hands them over). Never sleeps. Returns whether a route lookup
     /// is due (the work item it schedules does it; a process-context caller may do it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
-        let (pending, more, route) = {
+        let (pending, more, route, fault) = {
             let mut g = self.inner.lock();
             if g.dead {
                 return false;
@@ -235,12 +301,20 @@ impl QpShared {
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
             let route = inner.paths.lookup_due();
-            (inner.pending.take(), more || route, route)
+            (
+                inner.pending.take(),
+                more || route,
+                route,
+                inner.odp.fault.is_some(),
+            )
         };
         self.flush_tx();
         self.deliver(pending);
         if more {
             self.schedule();
+        }
+        if fault {
+            let _ = workqueue::system_dfl().enqueue::<_, 3>(self.clone());
         }
         route
     }
@@ -254,6 +328,7 @@ impl QpShared {
             timers,
             pending,
             paths,
+            odp,
             ..
         } = inner;
         // Timers that expired (the work item runs them; the ring poll needs nothing more than
@@ -265,7 +340,13 @@ impl QpShared {
             timers.expire(QpTimer::RingPoll, now);
         }
         user.pull(core, self, paths, timers, pending);
-        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, self.qpn, &user.inline[..]);
+        let failed = if matches!(entry, Entry::Work) {
+            odp.failed.take()
+        } else {
+            None
+        };
+        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, self.qpn, &user.inline[..])
+            .with_failed(failed);
         let mut out = QpOut::new(
             self,
             true,
@@ -281,29 +362,57 @@ impl QpShared {
         if rnr {
             core.timer_expired(now, Timer::Rnr, &mut out);
         }
+        // Packets that waited for on-demand-paging memory go first, in order (the work item
+        // faulted the memory in just before).
+        if matches!(entry, Entry::Work) && odp.fault.is_none() {
+            while !odp.packets.is_empty() {
+                let Ok(p) = odp.packets.remove(0) else {
+                    break;
+                };
+                self.take_packet(core, &p.h, &p.payload, &p.pm, &mut mem, &mut out, now);
+                if let Some(f) = mem.take_fault() {
+                    odp.fault = Some(f);
+                    // Back to the front: it keeps its place. The slot it left is free.
+                    let _ = odp.packets.insert_within_capacity(0, p);
+                    break;
+                }
+            }
+        }
         match entry {
             Entry::Packet(h, payload, pm) => {
-                // With an SRQ the QP takes a WQE only when a message needs one.
-                if let Some(srq) = self.srq.as_ref() {
-                    if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
-                        let (wr, fire) = srq.take();
-                        if let Some(wr) = wr {
-                            let _ = core.post_recv(&wr, &mut out);
-                        }
-                        if fire {
-                            out.srq_limit();
+                if !odp.packets.is_empty() {
+                    // Behind a packet that waits for memory: keep the order.
+                    if !odp.keep(h, payload, pm) {
+                        Counters::inc(&self.dev.counters.odp_drops);
+                    }
+                } else {
+                    self.take_packet(core, h, payload, pm, &mut mem, &mut out, now);
+                    if let Some(f) = mem.take_fault() {
+                        // Not taken: kept (or dropped, the peer retransmits) until the work
+                        // item has faulted the memory in.
+                        odp.fault = Some(f);
+                        if !odp.keep(h, payload, pm) {
+                            Counters::inc(&self.dev.counters.odp_drops);
                         }
                     }
                 }
-                core.receive(now, h, payload, pm, &mut mem, &mut out)
             }
             Entry::Modify(a, m, res) => {
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
+                if core.state() == QpState::Reset {
+                    // Kept packets belong to the connection that is gone.
+                    *odp = OdpWait::default();
+                }
             }
             Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
             Entry::Work | Entry::Doorbell => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
+        // A WQE whose memory is not resident was not started; a payload that vanished since
+        // left its packet unbuilt (resent on the timer): fault either in from the work item.
+        if let Some(f) = mem.take_fault().or(out.odp_fault) {
+            odp.fault.get_or_insert(f);
+        }
         let (need_route, missing) = (out.need_route, out.missing_route);
         // `out` and `mem` borrow `inner`: their last use is above.
         if let Some(p) = missing {
@@ -317,6 +426,34 @@ impl QpShared {
         self.dev.counters.fold(&now_c, &mut inner.last_counters);
         inner.timers.rearm(self, now);
         (sent >= WORK_BUDGET, need_route)
+    }
+
+    /// Hands one received packet to the core (with an SRQ, first taking a receive WQE when the
+    /// message needs one).
+    #[allow(clippy::too_many_arguments)]
+    fn take_packet(
+        &self,
+        core: &mut CoreQp,
+        h: &Headers,
+        payload: &[u8],
+        pm: &PathMatch,
+        mem: &mut QpMemory<'_>,
+        out: &mut QpOut<'_>,
+        now: u64,
+    ) {
+        // With an SRQ the QP takes a WQE only when a message needs one.
+        if let Some(srq) = self.srq.as_ref() {
+            if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
+                let (wr, fire) = srq.take();
+                if let Some(wr) = wr {
+                    let _ = core.post_recv(&wr, out);
+                }
+                if fire {
+                    out.srq_limit();
+                }
+            }
+        }
+        core.receive(now, h, payload, pm, mem, out)
     }
 
     /// Reports what the core asked for (no lock held).
@@ -364,7 +501,9 @@ fn destroy(qp: Arc<QpShared>) {
     // Received packets are handled in the UDP layer's RCU read-side section: after a grace
     // period no receive path holds a reference taken before the QP left the table.
     crate::sync::rcu::synchronize();
-    // Every context that could hand the sending over has finished by now.
+    // Every context that could hand the sending (or a fault) over has finished by now. The
+    // fault work runs on a system workqueue: it must be done before the module may go.
+    workqueue::flush_work::<_, 3>(&*qp);
     workqueue::flush_work::<_, 1>(&*qp);
     workqueue::flush_work::<_, 2>(&*qp);
     // Type 2 windows are bound to this QP, not to its number, which a new QP may get.

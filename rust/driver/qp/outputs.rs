@@ -10,6 +10,7 @@ use super::timers::QpTimers;
 use super::transmit;
 use super::{Pending, QpShared};
 use crate::driver::counters::Counters;
+use crate::driver::mr_table::OdpFault;
 use crate::ib::queue::Ring;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::{
@@ -35,6 +36,8 @@ pub(crate) struct QpOut<'a> {
     pub(crate) missing_route: Option<PathInfo>,
     /// A user QP's receive ring, whose WQEs each receive completion retires.
     rq: Option<&'a Ring>,
+    /// On-demand-paging memory a packet's payload was not found in (the packet was not built).
+    pub(crate) odp_fault: Option<OdpFault>,
 }
 
 impl<'a> QpOut<'a> {
@@ -57,6 +60,7 @@ impl<'a> QpOut<'a> {
             need_route: false,
             missing_route: None,
             rq: None,
+            odp_fault: None,
         }
     }
 
@@ -92,8 +96,15 @@ impl Outputs for QpOut<'_> {
             Counters::inc(&counters.send_err);
             return;
         };
-        let (built, need_route) =
-            transmit::build(self.qp, routes, self.inline, path, headers, payload);
+        let (built, need_route) = transmit::build(
+            self.qp,
+            routes,
+            self.inline,
+            path,
+            headers,
+            payload,
+            &mut self.odp_fault,
+        );
         if need_route {
             // A datagram's destination is its own; a connected QP's is one of its paths.
             if headers.deth.is_some() {

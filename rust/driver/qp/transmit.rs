@@ -10,7 +10,7 @@
 use super::{routes, QpShared};
 use crate::driver::counters::Counters;
 use crate::driver::dev_shared::DevShared;
-use crate::driver::mr_table::QpMemory;
+use crate::driver::mr_table::{OdpFault, QpMemory};
 use crate::net::backlog;
 use crate::net::backlog::LastBatch;
 use crate::net::skb::{Skb, SkbQueue};
@@ -84,7 +84,9 @@ pub(super) fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
 /// Builds the RoCEv2 packet of `headers` and `payload` (gathered from the QP's memory, or from
 /// `inline` for inline sends) on `path`, with the route stored in `routes`: `None` if it cannot
 /// be built. Also returns whether a route lookup is due (none is stored for the path, or the
-/// stored one is stale: it still carries the packet).
+/// stored one is stale: it still carries the packet). A payload in on-demand-paging memory that
+/// is no longer resident (invalidated since the WQE or request was checked) leaves the packet
+/// unbuilt, as if lost, and the range in `fault`.
 pub(super) fn build(
     qp: &QpShared,
     routes: &routes::RouteCache,
@@ -92,6 +94,7 @@ pub(super) fn build(
     path: &PathInfo,
     headers: &Headers,
     payload: PayloadSource<'_>,
+    fault: &mut Option<OdpFault>,
 ) -> (Option<Skb>, bool) {
     let plen = match payload {
         PayloadSource::None => 0,
@@ -124,6 +127,9 @@ pub(super) fn build(
         pad.fill(0);
         Ok(())
     });
+    if let Some(f) = mem.take_fault() {
+        *fault = Some(f);
+    }
     (built.ok(), stale)
 }
 

@@ -11,7 +11,7 @@ use super::timers::QpTimers;
 use super::transmit::{self, TxStream};
 use super::user_rings::UserRings;
 use super::user_wqe;
-use super::{destroy, CoreQp, Entry, Pending, QpInner, QpShared, RvrQp};
+use super::{destroy, CoreQp, Entry, OdpWait, Pending, QpInner, QpShared, RvrQp};
 use super::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::driver::device::RvrDevice;
 use crate::driver::mcast::GroupChange;
@@ -227,6 +227,7 @@ impl QpVerbs for RvrDevice {
                 paths: QpPaths::default(),
                 depths: (sq_slots, rq_slots),
                 last_counters: QpCounters::default(),
+                odp: OdpWait::default(),
                 dead: false,
             };
             Arc::pin_init(
@@ -252,6 +253,7 @@ impl QpVerbs for RvrDevice {
                     work <- kernel::new_work!("rvrdma_qp"),
                     requests_work <- kernel::new_work!("rvrdma_qp_requests"),
                     responses_work <- kernel::new_work!("rvrdma_qp_responses"),
+                    odp_work <- kernel::new_work!("rvrdma_qp_odp"),
                     timer <- HrTimer::new(),
                 }),
                 GFP_KERNEL,

@@ -12,7 +12,7 @@
 //! themselves: the saved RDMA Read/atomic requests and the ordered response stream).
 
 use crate::apm::PathInfo;
-use crate::memory::Memory;
+use crate::memory::{MemError, Memory};
 use crate::psn::Psn;
 use crate::wire::{Bth, Opcode, Reth};
 use crate::wqe::RecvSlot;
@@ -146,6 +146,8 @@ pub struct RqLogic<R> {
     pub(crate) cfg: RqConfig,
     pub(crate) counters: RqCounters,
     pub(crate) frozen: bool,
+    /// The last packet was not taken: its memory is not resident ([`MemError::NotPresent`]).
+    deferred: bool,
 }
 
 /// Per-connection values the RQ Logic uses when transmitting responses.
@@ -175,13 +177,14 @@ fn payload_len(payload: &[u8]) -> u32 {
     u32::try_from(payload.len()).unwrap_or(u32::MAX)
 }
 
-/// True when `mem` refuses the RETH's range for `access` (a remote access error, class C). A
-/// zero-length request names no memory: its R_Key and VA are not checked.
-fn reth_refused<M: Memory>(mem: &mut M, reth: &Reth, access: u32) -> bool {
-    reth.dma_len > 0
-        && mem
-            .check_remote(reth.rkey, reth.va, reth.dma_len, access)
-            .is_err()
+/// Checks the RETH's range for `access` (an error is a remote access error, class C, except
+/// [`MemError::NotPresent`]). A zero-length request names no memory: its R_Key and VA are not
+/// checked.
+fn reth_check<M: Memory>(mem: &mut M, reth: &Reth, access: u32) -> Result<(), MemError> {
+    if reth.dma_len == 0 {
+        return Ok(());
+    }
+    mem.check_remote(reth.rkey, reth.va, reth.dma_len, access)
 }
 
 impl RxCtx<'_> {
@@ -218,6 +221,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             cfg: RqConfig::default(),
             counters: RqCounters::default(),
             frozen: false,
+            deferred: false,
         }
     }
 
@@ -239,6 +243,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.announced = None;
         self.uc_skip = false;
         self.frozen = false;
+        self.deferred = false;
     }
 
     /// Sets the expected PSN (Modify QP `rq_psn`).
@@ -269,5 +274,16 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// Counters.
     pub fn counters(&self) -> &RqCounters {
         &self.counters
+    }
+
+    /// A packet whose memory is not resident: not taken, nothing changes or is answered (the
+    /// caller hands it in again, see [`MemError::NotPresent`]). `undo_wqe` gives back the
+    /// receive WQE the message took.
+    pub(super) fn not_present(&mut self, undo_wqe: bool) -> RqOutcome {
+        if undo_wqe {
+            self.rq_next = self.rq_next.wrapping_sub(1);
+        }
+        self.deferred = true;
+        RqOutcome::Ok
     }
 }

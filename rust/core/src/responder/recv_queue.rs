@@ -2,12 +2,21 @@
 //! completing it and flushing the rest.
 
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
-use crate::memory::Memory;
+use crate::memory::{MemError, Memory};
 use crate::wire::Headers;
 use crate::wqe::{RecvSlot, RecvWr};
 
 use super::faults::Fault;
 use super::{payload_len, RqLogic, RqOutcome, RxCtx};
+
+/// Why a payload was not placed in a receive WQE.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum PlaceError {
+    /// A class A or C error.
+    Fault(Fault),
+    /// The buffers are not resident ([`MemError::NotPresent`]).
+    NotPresent,
+}
 
 /// Writes `data` at byte `off` of the buffers of the receive WQE `wr`; returns the offset just
 /// past it. Data overrunning the buffers is [`Fault::LENGTH`] and touches nothing, buffers
@@ -18,13 +27,17 @@ pub(super) fn place_recv<M: Memory>(
     wr: &RecvWr,
     off: u32,
     data: &[u8],
-) -> Result<u32, Fault> {
+) -> Result<u32, PlaceError> {
     let end = off.saturating_add(payload_len(data));
     if end > wr.sg.total_len().unwrap_or(0) {
-        return Err(Fault::LENGTH);
+        return Err(PlaceError::Fault(Fault::LENGTH));
     }
-    if !data.is_empty() && mem.scatter(wr.sg.as_slice(), off, data).is_err() {
-        return Err(Fault::LOCAL_PROTECTION);
+    if !data.is_empty() {
+        match mem.scatter(wr.sg.as_slice(), off, data) {
+            Ok(()) => {}
+            Err(MemError::NotPresent) => return Err(PlaceError::NotPresent),
+            Err(_) => return Err(PlaceError::Fault(Fault::LOCAL_PROTECTION)),
+        }
     }
     Ok(end)
 }

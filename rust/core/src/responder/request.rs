@@ -4,7 +4,7 @@
 
 use crate::events::Outputs;
 use crate::memory::{
-    AtomicOp, Memory, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_REMOTE_ATOMIC,
+    AtomicOp, MemError, Memory, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_REMOTE_ATOMIC,
     ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
@@ -14,7 +14,7 @@ use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
 use super::resources::{res_slot, ResKind, MAX_RESOURCES};
-use super::{payload_len, reth_refused, InMsg, RqLogic, RqOutcome, RxCtx};
+use super::{payload_len, reth_check, InMsg, RqLogic, RqOutcome, RxCtx};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// Handles one inbound request packet (RC) that passed the state, APM and header checks.
@@ -29,6 +29,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         if self.frozen {
             return RqOutcome::Ok;
         }
+        self.deferred = false;
         let psn = h.bth.psn;
         if self.cfg.ud {
             return self.on_ud_request(h, payload, ctx, mem, out);
@@ -106,9 +107,16 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     self.silent_drop();
                     return;
                 };
-                if reth_refused(mem, &reth, ACCESS_REMOTE_READ) {
-                    self.silent_drop();
-                    return;
+                match reth_check(mem, &reth, ACCESS_REMOTE_READ) {
+                    Ok(()) => {}
+                    Err(MemError::NotPresent) => {
+                        self.not_present(false);
+                        return;
+                    }
+                    Err(_) => {
+                        self.silent_drop();
+                        return;
+                    }
                 }
                 let i = res_slot(c);
                 if let Some(r) = self.res.get_mut(i) {
@@ -205,8 +213,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 if reth.dma_len > (1u32 << 31) {
                     return self.invalid_request(psn, ctx, out);
                 }
-                if reth_refused(mem, &reth, ACCESS_REMOTE_READ) {
-                    return self.access_error(psn, ctx, out);
+                match reth_check(mem, &reth, ACCESS_REMOTE_READ) {
+                    Ok(()) => {}
+                    Err(MemError::NotPresent) => return self.not_present(false),
+                    Err(_) => return self.access_error(psn, ctx, out),
                 }
                 let kind = ResKind::Read {
                     va: reth.va,
@@ -239,6 +249,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 };
                 let orig = match mem.remote_atomic(ae.rkey, ae.va, op) {
                     Ok(v) => v,
+                    Err(MemError::NotPresent) => return self.not_present(false),
                     Err(_) => return self.access_error(psn, ctx, out),
                 };
                 self.accept_rd_atomic(ResKind::Atomic { orig }, psn, 1)
@@ -254,11 +265,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     return self.invalid_request(psn, ctx, out);
                 }
                 // R_Key, rights and range first, then length and alignment (rdma_rxe's order).
-                if mem
-                    .check_remote(reth.rkey, reth.va, 8, ACCESS_REMOTE_WRITE)
-                    .is_err()
-                {
-                    return self.access_error(psn, ctx, out);
+                match mem.check_remote(reth.rkey, reth.va, 8, ACCESS_REMOTE_WRITE) {
+                    Ok(()) => {}
+                    Err(MemError::NotPresent) => return self.not_present(false),
+                    Err(_) => return self.access_error(psn, ctx, out),
                 }
                 // oA19-28: exactly 8 bytes; A19.4.2: 8-byte aligned (class C).
                 let Ok(value) = <[u8; 8]>::try_from(payload) else {
@@ -267,8 +277,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 if reth.dma_len != 8 || reth.va % 8 != 0 {
                     return self.invalid_request(psn, ctx, out);
                 }
-                if mem.remote_atomic_write(reth.rkey, reth.va, value).is_err() {
-                    return self.access_error(psn, ctx, out);
+                match mem.remote_atomic_write(reth.rkey, reth.va, value) {
+                    Ok(()) => {}
+                    Err(MemError::NotPresent) => return self.not_present(false),
+                    Err(_) => return self.access_error(psn, ctx, out),
                 }
                 self.accept_rd_atomic(ResKind::Placed, psn, 1)
             }

@@ -2,13 +2,13 @@
 //! receive completion at the end of the message.
 
 use crate::events::{Outputs, WcOpcode, WC_WITH_IMM, WC_WITH_INVALIDATE};
-use crate::memory::{Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE};
+use crate::memory::{MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE};
 use crate::wire::Headers;
 use crate::wqe::RecvSlot;
 
 use super::faults::Fault;
-use super::recv_queue::place_recv;
-use super::{payload_len, reth_refused, InMsg, RqLogic, RqOutcome, RxCtx};
+use super::recv_queue::{place_recv, PlaceError};
+use super::{payload_len, reth_check, InMsg, RqLogic, RqOutcome, RxCtx};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// An expected Send packet: a new message takes a receive WQE (class B RNR NAK without
@@ -37,12 +37,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 return self.invalid_request(psn, ctx, out);
             };
             // Class A: a malformed receive WQE.
-            if wr.sg.total_len().is_none()
-                || mem
-                    .check_local(wr.sg.as_slice(), ACCESS_LOCAL_WRITE)
-                    .is_err()
-            {
+            if wr.sg.total_len().is_none() {
                 return self.fatal(psn, Fault::MALFORMED_WQE, ctx, out);
+            }
+            match mem.check_local(wr.sg.as_slice(), ACCESS_LOCAL_WRITE) {
+                Ok(()) => {}
+                Err(MemError::NotPresent) => return self.not_present(true),
+                Err(_) => return self.fatal(psn, Fault::MALFORMED_WQE, ctx, out),
             }
         }
         let Some(wr) = self.wqe(self.rq_head) else {
@@ -52,7 +53,8 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         // the local protection check (class A).
         let end = match place_recv(mem, &wr, off, payload) {
             Ok(end) => end,
-            Err(f) => return self.fatal(psn, f, ctx, out),
+            Err(PlaceError::NotPresent) => return self.not_present(pos.starts_message()),
+            Err(PlaceError::Fault(f)) => return self.fatal(psn, f, ctx, out),
         };
         self.cur = Some(InMsg::Send { off: end });
         if pos.ends_message() {
@@ -96,8 +98,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         }
         let (va, rkey, len, off) = match (self.cur, h.reth) {
             (_, Some(reth)) if pos.starts_message() => {
-                if reth_refused(mem, &reth, ACCESS_REMOTE_WRITE) {
-                    return self.access_error(psn, ctx, out);
+                match reth_check(mem, &reth, ACCESS_REMOTE_WRITE) {
+                    Ok(()) => {}
+                    Err(MemError::NotPresent) => return self.not_present(false),
+                    Err(_) => return self.access_error(psn, ctx, out),
                 }
                 (reth.va, reth.rkey, reth.dma_len, 0u32)
             }
@@ -116,12 +120,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         if imm.is_some() && !self.take_wqe() {
             return self.rnr_nak(psn, ctx, out);
         }
-        if plen > 0
-            && mem
-                .remote_write(rkey, va.wrapping_add(u64::from(off)), payload)
-                .is_err()
-        {
-            return self.access_error(psn, ctx, out);
+        if plen > 0 {
+            match mem.remote_write(rkey, va.wrapping_add(u64::from(off)), payload) {
+                Ok(()) => {}
+                Err(MemError::NotPresent) => return self.not_present(imm.is_some()),
+                Err(_) => return self.access_error(psn, ctx, out),
+            }
         }
         self.cur = Some(InMsg::Write {
             va,

@@ -7,7 +7,7 @@ use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
 use super::faults::Fault;
-use super::recv_queue::place_recv;
+use super::recv_queue::{place_recv, PlaceError};
 use super::{payload_len, RqLogic, RqOutcome, RxCtx, GRH_LEN};
 
 impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
@@ -38,7 +38,8 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             self.uc_skip = false;
         }
         let r = self.on_expected(h, payload, ctx, mem, out);
-        self.epsn = psn.next();
+        // A packet not taken (memory not resident) is handed in again: expect it once more.
+        self.epsn = if self.deferred { psn } else { psn.next() };
         r
     }
 
@@ -74,14 +75,15 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let need = plen.saturating_add(GRH_LEN);
         // The GRH and the payload behind it either both fit or nothing is written.
         let placed = match wr.sg.total_len() {
-            None => Err(Fault::MALFORMED_WQE),
-            Some(room) if need > room => Err(Fault::LENGTH),
+            None => Err(PlaceError::Fault(Fault::MALFORMED_WQE)),
+            Some(room) if need > room => Err(PlaceError::Fault(Fault::LENGTH)),
             Some(_) => place_recv(mem, &wr, 0, &ctx.net.grh)
                 .and_then(|_| place_recv(mem, &wr, GRH_LEN, payload)),
         };
         let status = match placed {
             Ok(_) => WcStatus::Success,
-            Err(f) => f.status(),
+            Err(PlaceError::NotPresent) => return self.not_present(true),
+            Err(PlaceError::Fault(f)) => f.status(),
         };
         let (imm, mut flags) = match h.immdt {
             Some(i) => (i.imm, WC_WITH_IMM),

@@ -87,6 +87,11 @@ pub struct MemInner {
     pub atomic_writes_executed: u64,
     /// Number of FLUSHes executed.
     pub flushes_executed: u64,
+    /// Keys of MRs whose memory is not resident (on-demand paging): every checked access to
+    /// them is [`MemError::NotPresent`] and touches nothing.
+    pub absent: Vec<u32>,
+    /// Accesses refused as not resident.
+    pub not_present_hits: std::cell::Cell<u64>,
 }
 
 /// A shared handle: the QP uses it as [`Memory`], the simulated shell to gather payloads.
@@ -121,13 +126,19 @@ impl MemInner {
         Ok(off as usize..end as usize)
     }
 
-    /// Checks that `key` names an MR granting `access` that holds `va..va + len`.
+    /// Checks that `key` names an MR granting `access` that holds `va..va + len`, and that
+    /// its memory is resident (not in [`MemInner::absent`]).
     pub fn check(&self, key: u32, va: u64, len: u64, access: u32) -> Result<(), MemError> {
         let m = self.mr(key).ok_or(MemError::BadKey)?;
         if m.access & access != access {
             return Err(MemError::NoAccess);
         }
-        Self::range(m, va, len).map(|_| ())
+        Self::range(m, va, len)?;
+        if self.absent.contains(&key) {
+            self.not_present_hits.set(self.not_present_hits.get() + 1);
+            return Err(MemError::NotPresent);
+        }
+        Ok(())
     }
 
     /// The QP this memory serves.

@@ -385,6 +385,12 @@ impl Duo {
         n
     }
 
+    /// Node 0 sends what it has and node 1 takes it (node 1's answers stay queued).
+    pub fn flow_after_progress(&mut self) {
+        self.progress(0);
+        self.flow(0);
+    }
+
     /// Runs both sides until nothing moves.
     pub fn pump(&mut self) {
         for _ in 0..1000 {

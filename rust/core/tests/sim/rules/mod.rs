@@ -16,6 +16,7 @@ mod fixtures;
 mod hostile;
 mod memory_windows;
 mod nak_classes;
+mod odp;
 mod regressions;
 mod remote_access;
 mod requester;

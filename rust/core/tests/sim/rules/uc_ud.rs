@@ -108,7 +108,7 @@ fn uc_send_error_moves_to_sqe_flushes_sq_and_rq_keeps_working() {
 
 // ---- UD --------------------------------------------------------------------------------------
 
-fn ud_pair(qkeys: [u32; 2]) -> Duo {
+pub(super) fn ud_pair(qkeys: [u32; 2]) -> Duo {
     let mut d = Duo {
         e: [
             mk_end_t(0, false, QpType::Ud),
@@ -138,7 +138,7 @@ fn ud_pair(qkeys: [u32; 2]) -> Duo {
     d
 }
 
-fn ud_send(id: u64, len: u32, qkey: u32) -> SendWr {
+pub(super) fn ud_send(id: u64, len: u32, qkey: u32) -> SendWr {
     let mut w = send_wr(id, SendOpcode::SendWithImm, len);
     w.ud.path = path(0, 0);
     w.ud.remote_qpn = 0x12;
