@@ -25,13 +25,11 @@ WRS=${RVRDMA_FAILSLAB_WRS:-2000}
 VERBS_POINTS=28
 DATA_POINTS=3
 DIR=$(mktemp -d)
-# warn_alloc's first line: "<comm>: vmalloc error: ..." or "<comm>: page allocation failure: ...".
-WARN_ALLOC=': (vmalloc error|page allocation failure): '
 declare -A FI_SAVED=()
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((VERBS_POINTS + DATA_POINTS + 10))
+	ktap_set_plan $((VERBS_POINTS + DATA_POINTS + 9))
 	[ "$RVRDMA_LINK_TYPE" = rvrdma ] || skip_all "the counters and the module reload checked are rvrdma's"
 	local t0 e0 r0 base
 	t0=$(klog_mark "69-fault-injection start")
@@ -61,9 +59,10 @@ main() {
 	check "the rdma resource counts of ${DUT}0 and ${DUT}1 are back where they were" \
 		wait_for 10 same_counts "$base"
 	check "rmmod rvrdma and load it again (no reference left behind)" reload
-	warn_alloc_point "$t0"
+	diag "allocation-failure reports (warn_alloc) since the start: $(dmesg | klog_window "$t0" |
+		grep -cE -- "$KLOG_WARN_ALLOC")"
 	check "no kernel report (oops, KASAN, WARN, refcount, lockdep, hung task)" \
-		klog_clean_but_warn_alloc "$t0"
+		klog_clean_since "$t0"
 	ktap_finished
 }
 
@@ -150,41 +149,6 @@ reload() {
 	dut_unload || return 1
 	dut_setup 1
 	link_add "${DUT}0" veth0
-}
-
-# warn_alloc_point T: one point for the warn_alloc reports since T. A ring of a CQ, QP or SRQ
-# comes from vmalloc_user(), which has no __GFP_NOWARN form a module can call, so a failed
-# vmalloc inside a create prints one: an expected failure (XFAIL, with the count) while only
-# "vmalloc error" reports appear. Any other report fails (fail_page_alloc's failures print none: a
-# "page allocation failure" is memory really running out). run-all.sh's log scan counts the
-# Call Trace of each.
-warn_alloc_point() {
-	local desc="no allocation-failure report (warn_alloc stack dump) in the kernel log" log hits
-	log=$(dmesg) || { result "$desc" 1 "dmesg failed"; return; }
-	hits=$(klog_window "$1" <<<"$log" | grep -E -- "$WARN_ALLOC")
-	if [ -z "$hits" ]; then
-		ktap_test_pass "$desc"
-		return
-	fi
-	diag "$hits"
-	if grep -qv ': vmalloc error: ' <<<"$hits"; then
-		ktap_test_fail "$desc"
-	else
-		ktap_test_xfail "$desc: $(grep -c . <<<"$hits") vmalloc error report(s)"
-	fi
-}
-
-# klog_clean_but_warn_alloc T: klog_clean_since T, the warn_alloc reports (first line through the
-# end of its stack dump, "</TASK>") left out: no_warn_alloc reports those.
-klog_clean_but_warn_alloc() {
-	local log hits
-	log=$(dmesg) || { echo "dmesg failed"; return 1; }
-	hits=$(klog_window "$1" <<<"$log" | awk -v re="$WARN_ALLOC" '
-		skip && (/<\/TASK>/ || ++n > 200) { skip = 0; next }
-		skip { next }
-		$0 ~ re { skip = 1; n = 0; next }
-		{ print }' | klog_reports)
-	[ -z "$hits" ] || { echo "$hits"; return 1; }
 }
 
 trap 'fi_restore >/dev/null 2>&1; rm -rf "$DIR"; topo_cleanup' EXIT

@@ -19,9 +19,19 @@ KLOG_BENIGN='RCU lockdep checking is enabled|ODEBUG: selftest passed'
 # A kernel log line's stamp as dmesg and the console print it: "[   12.345678] ".
 KLOG_STAMP='^\[ *[0-9]+\.[0-9]+\] '
 
-# klog_reports: the lines of stdin that are checker reports.
+# warn_alloc's first line ("<comm>: vmalloc error: ..." or "<comm>: page allocation failure: ..."):
+# the kernel announcing, with a stack dump, an allocation that failed and that its caller
+# handles. Not a checker report: memory can run out, and 69-fault-injection makes it.
+KLOG_WARN_ALLOC=': (vmalloc error|page allocation failure): '
+
+# klog_reports: the lines of stdin that are checker reports (warn_alloc records, their first
+# line through the end of their stack dump, left out).
 klog_reports() {
-	grep -E -- "$KLOG_BAD" | grep -vE -- "$KLOG_BENIGN"
+	awk -v re="$KLOG_WARN_ALLOC" '
+		skip && (/<\/TASK>/ || ++n > 200) { skip = 0; next }
+		skip { next }
+		$0 ~ re { skip = 1; n = 0; next }
+		{ print }' | grep -E -- "$KLOG_BAD" | grep -vE -- "$KLOG_BENIGN"
 }
 
 # klog_window FROM [TO]: the kernel log lines of stdin stamped FROM <= t <= TO (seconds; no TO:
