@@ -199,6 +199,10 @@ pub enum MigrationCause {
     /// The peer's migration request: a MigReq=1 packet arrived over the alternate path while
     /// Armed (seed 000 steps 6-10).
     PeerRequest,
+    /// The bonding policy: the local port of the primary path went down while Armed, and the
+    /// QP migrated at once (a migration by local command, seed 000's first cause, taken by the
+    /// device instead of software).
+    PortDown,
 }
 
 /// A migration that just happened (Armed -> Migrated, alternate copied into primary, alternate
@@ -299,6 +303,10 @@ pub struct Apm {
     primary: PathInfo,
     alternate: Option<PathInfo>,
     state: MigState,
+    /// The peer is known to send over the current primary path: true from the start (both
+    /// ends begin on the path Modify QP loaded) and after a migration the peer asked for;
+    /// false after this end migrated on its own, until a packet arrives over the new primary.
+    peer_follows: bool,
 }
 
 impl Default for Apm {
@@ -314,6 +322,7 @@ impl Apm {
             primary: PathInfo::EMPTY,
             alternate: None,
             state: MigState::Migrated,
+            peer_follows: true,
         }
     }
 
@@ -465,11 +474,45 @@ impl Apm {
         if !self.primary.matches(arrived_on) {
             return RxVerdict::Drop;
         }
+        self.peer_follows = true;
         if self.state == MigState::Rearm && !mig_req {
             self.state = MigState::Armed;
             return RxVerdict::AcceptArmed;
         }
         RxVerdict::Accept
+    }
+
+    /// Whether the peer is known to send over the current primary path (see
+    /// [`Apm::auto_rearm`]).
+    pub const fn peer_follows(&self) -> bool {
+        self.peer_follows
+    }
+
+    /// The bonding policy's failover: the primary path's local port went down. While Armed the
+    /// QP migrates at once ([`MigrationCause::PortDown`]); otherwise nothing changes and `None`.
+    pub fn on_port_down(&mut self) -> Option<Migration> {
+        if self.state != MigState::Armed {
+            return None;
+        }
+        self.migrate(MigrationCause::PortDown)
+    }
+
+    /// The bonding policy's re-arm: loads `alt` as the alternate path and moves Migrated to
+    /// Rearm, as Modify QP with an alternate path and PATH_MIG_STATE=Rearm would. Only while
+    /// Migrated with no alternate path loaded, and only once the peer is known to send over
+    /// the current primary: an end that migrated on its own (port down, retry exhaustion,
+    /// command) waits for the peer's first packet over the new primary. Re-arming before
+    /// that would send MigReq=0 to a peer still Armed on the old primary, over what it takes
+    /// for its alternate path: neither a migration request nor its primary, so it would drop
+    /// everything, and this end would drop the peer's packets over the old primary in turn.
+    /// Returns whether the QP re-armed.
+    pub fn auto_rearm(&mut self, alt: &PathInfo) -> bool {
+        if self.state != MigState::Migrated || self.alternate.is_some() || !self.peer_follows {
+            return false;
+        }
+        self.alternate = Some(*alt);
+        self.state = MigState::Rearm;
+        true
     }
 
     /// The migration itself (seed 000 steps 1-2 / 7-8): Armed -> Migrated, the alternate path
@@ -480,6 +523,7 @@ impl Apm {
         let port_changed = alt.port_num != self.primary.port_num;
         self.primary = alt;
         self.state = MigState::Migrated;
+        self.peer_follows = cause == MigrationCause::PeerRequest;
         Some(Migration {
             cause,
             event: ApmEvent::PathMig,

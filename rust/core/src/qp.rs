@@ -144,6 +144,10 @@ pub struct QpCounters {
     pub migrations: u64,
     /// Migration requests dropped because they did not match the alternate path.
     pub mig_errors: u64,
+    /// Alternate paths the bonding policy loaded, each followed by Rearm.
+    pub auto_rearms: u64,
+    /// Migrations the bonding policy made because the primary path's port went down.
+    pub port_failovers: u64,
 }
 
 /// Default number of packets `progress` sends per call when the caller has no budget in mind.
@@ -166,6 +170,19 @@ pub struct Qp<S, R> {
     /// PATH_MIG_ERR was raised since the QP last armed or migrated (reported once, see
     /// `receive`).
     mig_err_reported: bool,
+    /// The bonding policy: which of the device's two ports are up (`None`: the policy is off).
+    bonding: Option<[bool; 2]>,
+    auto_rearms: u64,
+    port_failovers: u64,
+}
+
+/// Whether port `port` (1-based) is up in `up`.
+fn up_port(up: &[bool; 2], port: u8) -> bool {
+    match port {
+        1 => up[0],
+        2 => up[1],
+        _ => false,
+    }
 }
 
 fn mtu_bytes(v: u8) -> Option<u32> {
@@ -206,6 +223,9 @@ where
             migrations: 0,
             mig_errors: 0,
             mig_err_reported: false,
+            bonding: None,
+            auto_rearms: 0,
+            port_failovers: 0,
         })
     }
 
@@ -234,6 +254,8 @@ where
             qkey_violations: self.qkey_violations,
             migrations: self.migrations,
             mig_errors: self.mig_errors,
+            auto_rearms: self.auto_rearms,
+            port_failovers: self.port_failovers,
         }
     }
 
@@ -383,7 +405,69 @@ where
             Err(e) => return Err(QpModifyError::Apm(e)),
         }
         self.apply_transition(now, &t, out);
+        self.bond_step(out);
         Ok(())
+    }
+
+    /// The bonding policy (seed 002): `ports_up` says which of the device's two ports are up,
+    /// `None` turns the policy off. Called when the policy changes and on every port event.
+    /// While on, a connected QP in RTS
+    /// - whose primary path's port is down migrates at once if Armed ([`Apm::on_port_down`]),
+    ///   and an RC QP tells the peer with an ACK over the new path (MigReq=1), so that the
+    ///   peer migrates on that packet instead of at its retry exhaustion;
+    /// - that is Migrated with no alternate path gets one on the other port, if that port is
+    ///   up: the primary path's GIDs, leaving through the other port (the peer derives the
+    ///   same, so its migration check matches), and re-arms ([`Apm::auto_rearm`], which waits
+    ///   until the peer is known to follow the current primary).
+    ///
+    /// Everything stays within the migration state machine: the policy only takes the steps
+    /// software may take (load an alternate path, Rearm, migrate by command).
+    pub fn set_bonding<O: Outputs>(&mut self, ports_up: Option<[bool; 2]>, out: &mut O) {
+        self.bonding = ports_up;
+        self.bond_step(out);
+    }
+
+    /// What [`Qp::set_bonding`] describes, for the current port states.
+    fn bond_step<O: Outputs>(&mut self, out: &mut O) {
+        let Some(up) = self.bonding else {
+            return;
+        };
+        if self.create.qp_type.is_datagram() || self.sm.state() != QpState::Rts {
+            return;
+        }
+        let primary = *self.apm.primary();
+        let (here, other) = match primary.port_num {
+            1 => (0, 1),
+            2 => (1, 0),
+            _ => return,
+        };
+        if !up[here]
+            && self
+                .apm
+                .alternate()
+                .is_some_and(|a| up_port(&up, a.port_num))
+        {
+            if let Some(m) = self.apm.on_port_down() {
+                self.port_failovers = self.port_failovers.wrapping_add(1);
+                self.on_migration(&m, out);
+                if self.create.qp_type == QpType::Rc && self.sm.rq_processes_inbound() {
+                    let path = *self.apm.primary();
+                    let ctx = self.rx_ctx(&path, &PathMatch::default());
+                    self.rq.announce(&ctx, out);
+                }
+            }
+            return;
+        }
+        if up[other] && self.apm.state() == MigState::Migrated {
+            let alt = PathInfo {
+                port_num: other as u8 + 1,
+                ..primary
+            };
+            if self.apm.auto_rearm(&alt) {
+                self.auto_rearms = self.auto_rearms.wrapping_add(1);
+                self.mig_err_reported = false;
+            }
+        }
     }
 
     fn apply_attrs(&mut self, a: &QpAttrs, mask: AttrMask) {
@@ -735,6 +819,13 @@ where
         }
         if self.sm.on_inbound_packet().is_some() {
             out.async_event(AsyncEvent::CommEst, None);
+        }
+        // The peer's first packet over a new primary may be what a re-arm waits for.
+        if self.bonding.is_some()
+            && self.apm.state() == MigState::Migrated
+            && self.apm.alternate().is_none()
+        {
+            self.bond_step(out);
         }
         true
     }

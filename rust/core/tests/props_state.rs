@@ -239,6 +239,10 @@ enum ApmOp {
         mig_req: bool,
     },
     RetryExhausted,
+    /// The bonding policy: the primary path's port went down.
+    PortDown,
+    /// The bonding policy: re-arm with this alternate path.
+    AutoRearm(PathInfo),
     Reset,
 }
 
@@ -251,6 +255,8 @@ fn apm_op() -> impl Strategy<Value = ApmOp> {
         4 => (any::<bool>(), any::<bool>())
             .prop_map(|(alternate, mig_req)| ApmOp::PacketOn { alternate, mig_req }),
         2 => Just(ApmOp::RetryExhausted),
+        1 => Just(ApmOp::PortDown),
+        2 => small_path().prop_map(ApmOp::AutoRearm),
         1 => Just(ApmOp::Reset),
     ]
 }
@@ -329,6 +335,30 @@ proptest! {
                         prop_assert_eq!(a, before);
                     }
                 },
+                ApmOp::PortDown => match a.on_port_down() {
+                    Some(m) => {
+                        prop_assert_eq!(before.state(), MigState::Armed);
+                        prop_assert_eq!(m.cause, MigrationCause::PortDown);
+                        prop_assert_eq!(Some(a.primary()), before.alternate());
+                        prop_assert_eq!(a.alternate(), None);
+                        prop_assert!(!a.peer_follows(), "migrated on its own");
+                    }
+                    None => {
+                        prop_assert_ne!(before.state(), MigState::Armed);
+                        prop_assert_eq!(a, before);
+                    }
+                },
+                ApmOp::AutoRearm(p) => {
+                    if a.auto_rearm(&p) {
+                        prop_assert_eq!(before.state(), MigState::Migrated);
+                        prop_assert_eq!(before.alternate(), None);
+                        prop_assert!(before.peer_follows(), "never before the peer follows");
+                        prop_assert_eq!(a.state(), MigState::Rearm);
+                        prop_assert_eq!(a.alternate(), Some(&p));
+                    } else {
+                        prop_assert_eq!(a, before);
+                    }
+                }
                 ApmOp::Reset => {
                     a.reset();
                     prop_assert_eq!(a, Apm::new());
@@ -347,7 +377,13 @@ fn check_packet(
 ) -> Result<(), TestCaseError> {
     match a.on_packet(mig_req, pkt) {
         RxVerdict::Accept => {
-            prop_assert_eq!(*a, before);
+            prop_assert_eq!(a.state(), before.state());
+            prop_assert_eq!(a.primary(), before.primary());
+            prop_assert_eq!(a.alternate(), before.alternate());
+            prop_assert!(
+                a.peer_follows(),
+                "a packet over the primary: the peer follows it"
+            );
             prop_assert!(before.primary().matches(pkt));
         }
         RxVerdict::AcceptArmed => {

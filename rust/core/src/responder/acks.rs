@@ -69,6 +69,20 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.counters.unsolicited_acks = self.counters.unsolicited_acks.wrapping_add(1);
     }
 
+    /// After this end migrated on its own: an ACK of the last request received, queued behind
+    /// any responses (never replacing a queued NAK), so that the peer sees a packet with
+    /// MigReq=1 over the new path and migrates too (seed 000 steps 6-10). A duplicate ACK
+    /// changes nothing at the peer's requester.
+    pub fn announce<O: Outputs>(&mut self, ctx: &RxCtx<'_>, out: &mut O) {
+        if self.frozen || self.cfg.uc || self.cfg.ud || self.pending_ack.is_some() {
+            return;
+        }
+        let mut a = self.ack(self.epsn.prev());
+        a.unsolicited = true;
+        self.queue_ack(a, ctx, out);
+        self.counters.unsolicited_acks = self.counters.unsolicited_acks.wrapping_add(1);
+    }
+
     /// After receives were posted: if the peer may be stalled for credits (an ACK said 0 or an
     /// RNR NAK went out, and no answer to a request has reported credits since), send an
     /// unsolicited ACK with the new credits (seed 003). Again for each receive that changes the

@@ -1,0 +1,364 @@
+//! Seed 002, APM "bonding": a QP whose application loaded no alternate path gets one on the
+//! other port and arms, migrates at once when its primary path's port goes down, and re-arms
+//! when the port is back, with the re-arm race settled by the protocol (`Apm::auto_rearm`).
+//!
+//! The alternate path keeps both GIDs and only changes the port, so a packet's path here is
+//! the port it leaves and arrives on: link 0 between the two ports 1, link 1 between the two
+//! ports 2, both carrying the GIDs of link 0.
+
+use rvrdma_core::apm::{MigState, PathMatch};
+use rvrdma_core::events::{AsyncEvent, Timer, WcStatus};
+use rvrdma_core::wire::Headers;
+use rvrdma_core::wqe::SendOpcode;
+
+use super::fixtures::*;
+use crate::sim::node::timer_index;
+
+/// Two RC QPs in RTS on two-port devices, the links' states, and packets in flight.
+struct Bond {
+    d: Duo,
+    /// Links 0 and 1 (each end's ports 1 and 2) up.
+    up: [bool; 2],
+}
+
+impl Bond {
+    /// Both ends in RTS, nothing loaded but the primary path over port 1; the policy on at
+    /// both ends with both ports up.
+    fn new(recvs: usize) -> Bond {
+        let mut b = Bond {
+            d: Duo::running_with(Opts {
+                pre_rtr_recvs: [recvs, recvs],
+                ..Opts::default()
+            }),
+            up: [true, true],
+        };
+        b.ports();
+        b
+    }
+
+    /// Tells both ends the current port states (what the shell does on a port event).
+    fn ports(&mut self) {
+        for i in 0..2 {
+            let e = &mut self.d.e[i];
+            e.qp.set_bonding(Some(self.up), &mut e.out);
+        }
+    }
+
+    /// Delivers one packet to `to` as it arrives over port `port`, or loses it on a link that
+    /// is down.
+    fn deliver(&mut self, to: usize, h: &Headers, payload: &[u8], port: u8) {
+        if !self.up[usize::from(port - 1)] {
+            return;
+        }
+        let pm = PathMatch {
+            port_num: port,
+            sgid: gid(1 - to, 0),
+            dgid: gid(to, 0),
+            ..Default::default()
+        };
+        let now = self.d.now;
+        let e = &mut self.d.e[to];
+        e.qp.receive(now, h, payload, &pm, &mut e.mem, &mut e.out);
+    }
+
+    /// Moves what node `from` sent. Returns how many packets left it.
+    fn flow(&mut self, from: usize) -> usize {
+        let pk = self.d.take(from);
+        let n = pk.len();
+        for (h, p, port) in pk {
+            self.deliver(1 - from, &h, &p, port);
+        }
+        n
+    }
+
+    /// Runs both sides until nothing moves (no timer fires).
+    fn pump(&mut self) {
+        for _ in 0..1000 {
+            let mut moved = 0;
+            for i in 0..2 {
+                self.d.progress(i);
+                moved += self.flow(i);
+            }
+            if moved == 0 {
+                return;
+            }
+        }
+        panic!("pump did not settle");
+    }
+
+    /// Tells only end `i` the current port states.
+    fn ports_of(&mut self, i: usize) {
+        let e = &mut self.d.e[i];
+        e.qp.set_bonding(Some(self.up), &mut e.out);
+    }
+
+    /// Fires the retransmit timers that are armed, then pumps, until none is.
+    fn settle(&mut self) {
+        self.pump();
+        for _ in 0..16 {
+            let mut fired = false;
+            for i in 0..2 {
+                if self.d.e[i].out.timers[timer_index(Timer::Retransmit)].is_some() {
+                    self.d.fire(i, Timer::Retransmit);
+                    fired = true;
+                }
+            }
+            if !fired {
+                return;
+            }
+            self.pump();
+        }
+    }
+
+    /// Sets link `link` up or down and tells both ends.
+    fn link(&mut self, link: usize, up: bool) {
+        self.up[link] = up;
+        self.ports();
+    }
+
+    fn mig(&self, i: usize) -> MigState {
+        self.d.e[i].qp.mig_state()
+    }
+
+    fn port(&self, i: usize) -> u8 {
+        self.d.e[i].qp.primary_path().port_num
+    }
+
+    fn send(&mut self, i: usize, id: u64) {
+        self.d
+            .post(i, send_wr(id, SendOpcode::Send, 10))
+            .expect("post");
+    }
+}
+
+/// Both ends armed: each loaded the alternate path on port 2 by itself and armed on the
+/// other's MigReq=0.
+fn armed_bond() -> Bond {
+    let mut b = Bond::new(16);
+    for i in 0..2 {
+        assert_eq!(b.mig(i), MigState::Rearm, "end {i} re-armed on its own");
+    }
+    // Any packet with MigReq=0 arms the peer: one Send each way.
+    b.send(0, 1);
+    b.pump();
+    b.send(1, 2);
+    b.pump();
+    for i in 0..2 {
+        assert_eq!(b.mig(i), MigState::Armed, "end {i} armed");
+    }
+    b
+}
+
+#[test]
+fn seed002_a_qp_without_an_alternate_path_gets_one_on_the_other_port() {
+    let b = armed_bond();
+    for i in 0..2 {
+        let q = b.d.e[i].qp.query();
+        assert_eq!(q.alt_path.port_num, 2);
+        assert_eq!(q.alt_path.sgid, q.path.sgid, "the alternate keeps the GIDs");
+        assert_eq!(q.alt_path.dgid, q.path.dgid);
+        assert_eq!(b.d.e[i].qp.counters().auto_rearms, 1);
+        assert!(!b.d.e[i].out.has_event(AsyncEvent::PathMig));
+    }
+}
+
+#[test]
+fn seed002_policy_off_leaves_apm_to_the_application() {
+    let mut d = Duo::running(4);
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
+    let e = &mut d.e[0];
+    e.qp.set_bonding(None, &mut e.out);
+    assert_eq!(e.qp.mig_state(), MigState::Migrated);
+    assert!(
+        e.qp.query().alt_path.port_num == 0,
+        "no alternate path loaded"
+    );
+}
+
+#[test]
+fn seed002_an_alternate_path_the_application_loaded_is_kept() {
+    let mut d = armed_duo();
+    let alt = d.e[0].qp.query().alt_path;
+    let e = &mut d.e[0];
+    e.qp.set_bonding(Some([true, true]), &mut e.out);
+    assert_eq!(e.qp.query().alt_path, alt);
+    assert_eq!(e.qp.counters().auto_rearms, 0);
+}
+
+#[test]
+fn seed002_local_port_down_migrates_at_once_and_the_peer_follows() {
+    let mut b = armed_bond();
+    // A Send lost with link 0 as it goes down.
+    b.up[0] = false;
+    b.send(0, 7);
+    b.d.progress(0);
+    b.flow(0);
+    b.ports();
+    // Migrated by the port event, not by retry exhaustion: no timer fired.
+    assert!(b.d.e[0].out.has_event(AsyncEvent::PathMig));
+    assert_eq!(b.d.e[0].qp.counters().port_failovers, 1);
+    assert_eq!(b.port(0), 2);
+    assert_eq!(b.mig(0), MigState::Migrated);
+    // The Send goes again over port 2 at once, and the ACK that announces the migration.
+    b.d.progress(0);
+    let p = b.d.take(0);
+    assert!(!p.is_empty());
+    assert!(p.iter().all(|(h, _, port)| *port == 2 && h.bth.mig_req));
+    for (h, pl, port) in &p {
+        b.deliver(1, h, pl, *port);
+    }
+    assert!(
+        b.d.e[1].out.has_event(AsyncEvent::PathMig),
+        "the peer migrated"
+    );
+    assert_eq!(b.port(1), 2);
+    b.pump();
+    assert!(b.d.e[0].sends_all(WcStatus::Success));
+    assert_eq!(b.d.e[1].out.recv_cqes.len(), 2, "each Send received once");
+}
+
+#[test]
+fn seed002_the_peer_follows_on_the_announcement_alone() {
+    let mut b = armed_bond();
+    b.link(0, false);
+    assert_eq!(b.port(0), 2);
+    // Nothing was outstanding: the ACK alone tells the peer, whose own Send then goes over
+    // port 2 at once instead of waiting for retry exhaustion on the dead port.
+    b.d.progress(0);
+    let p = b.d.take(0);
+    assert_eq!(p.len(), 1, "one ACK announces the migration");
+    b.deliver(1, &p[0].0, &p[0].1, p[0].2);
+    assert_eq!(b.port(1), 2);
+    b.send(1, 9);
+    b.pump();
+    assert!(b.d.e[1].sends_all(WcStatus::Success));
+    assert_eq!(b.d.e[1].out.send_cqes.len(), 2);
+}
+
+#[test]
+fn seed002_rearm_when_the_port_is_back() {
+    let mut b = armed_bond();
+    b.link(0, false);
+    b.pump();
+    assert_eq!((b.port(0), b.port(1)), (2, 2));
+    for i in 0..2 {
+        assert_eq!(
+            b.mig(i),
+            MigState::Migrated,
+            "end {i}: nothing to re-arm with"
+        );
+    }
+    b.link(0, true);
+    for i in 0..2 {
+        assert_eq!(b.mig(i), MigState::Rearm, "end {i} re-armed");
+        assert_eq!(b.d.e[i].qp.query().alt_path.port_num, 1);
+    }
+    b.send(0, 20);
+    b.pump();
+    b.send(1, 21);
+    b.pump();
+    for i in 0..2 {
+        assert_eq!(b.mig(i), MigState::Armed, "end {i} armed again");
+    }
+    // And the next failure, of link 1 now, goes back to port 1.
+    b.link(1, false);
+    b.pump();
+    assert_eq!((b.port(0), b.port(1)), (1, 1));
+    b.send(0, 22);
+    b.pump();
+    assert!(b.d.e[0].sends_all(WcStatus::Success));
+}
+
+/// The re-arm race: end 0 migrated on its own and its port came back before end 1 followed.
+/// Re-arming then would send MigReq=0 over port 2, which end 1 (still Armed on port 1) takes
+/// for neither a migration request nor its primary path, and drops; end 0 waits instead until
+/// end 1's first packet arrives over port 2.
+#[test]
+fn seed002_rearm_waits_until_the_peer_follows() {
+    let mut b = armed_bond();
+    b.up[0] = false;
+    b.ports_of(0);
+    assert_eq!(b.port(0), 2);
+    b.d.take(0); // the announcement is lost
+    b.up[0] = true;
+    b.ports_of(0);
+    assert_eq!(
+        b.mig(0),
+        MigState::Migrated,
+        "no re-arm before the peer follows"
+    );
+    assert_eq!(
+        b.d.e[0].qp.query().alt_path.port_num,
+        0,
+        "no alternate loaded"
+    );
+    // End 1 sends over port 1 (its primary): end 0 drops it (not its primary any more), and
+    // end 1 migrates at its retry exhaustion, its MigReq=1 reaches end 0 over port 2.
+    b.send(1, 30);
+    b.d.progress(1);
+    b.flow(1);
+    for _ in 0..8 {
+        if b.port(1) == 2 {
+            break;
+        }
+        b.d.fire(1, Timer::Retransmit);
+        b.d.progress(1);
+        b.flow(1);
+    }
+    assert_eq!(b.port(1), 2, "end 1 migrated on retry exhaustion");
+    assert_eq!(
+        b.mig(0),
+        MigState::Rearm,
+        "end 0 re-armed on end 1's first packet"
+    );
+    b.pump();
+    b.send(0, 31);
+    b.pump();
+    b.send(1, 32);
+    b.pump();
+    for i in 0..2 {
+        assert_eq!(b.mig(i), MigState::Armed, "end {i} armed");
+        assert!(b.d.e[i].sends_all(WcStatus::Success));
+    }
+}
+
+/// Port 1 flaps faster than migrations and re-arms complete: down and up again with packets
+/// in flight, six times. The first down migrates both ends; no later flap touches their new
+/// primary, and the re-arm waits for traffic. No Send is lost, failed or received twice, and
+/// both ends end up armed again.
+#[test]
+fn seed002_a_flapping_port_loses_nothing() {
+    let mut b = armed_bond();
+    let mut id = 100;
+    for _ in 0..6 {
+        b.link(0, false);
+        for i in 0..2 {
+            b.send(i, id);
+            id += 1;
+            b.d.progress(i);
+        }
+        b.flow(0);
+        b.link(0, true);
+        b.flow(1);
+    }
+    b.settle();
+    b.send(0, 200);
+    b.send(1, 201);
+    b.settle();
+    for i in 0..2 {
+        assert!(b.d.e[i].sends_all(WcStatus::Success), "end {i}");
+        assert_eq!(
+            b.d.e[i].out.send_cqes.len(),
+            1 + 6 + 1,
+            "end {i}: every Send completed"
+        );
+        assert_eq!(
+            b.d.e[1 - i].out.recv_cqes.len(),
+            1 + 6 + 1,
+            "received once each"
+        );
+        assert_eq!(b.d.state(i), rvrdma_core::qp_state::QpState::Rts);
+        assert_eq!(b.mig(i), MigState::Armed, "end {i} armed again");
+        assert_eq!(b.port(i), 2);
+    }
+}
