@@ -52,7 +52,7 @@ from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.wr import SGE, RecvWR, SendWR
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rcpair import ACCESS, Qp, event_fds  # noqa: E402
+from rcpair import ACCESS, Qp, event_fds, status_name  # noqa: E402
 
 CANARY = 64
 MAX_MSG = 65536
@@ -62,19 +62,6 @@ BAD_EVENTS = {
     e.IBV_EVENT_QP_ACCESS_ERR, e.IBV_EVENT_DEVICE_FATAL, e.IBV_EVENT_PORT_ERR,
     e.IBV_EVENT_PATH_MIG_ERR, e.IBV_EVENT_SRQ_ERR,
 }
-STATUS_NAMES = ("SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
-                "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
-                "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
-                "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
-                "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR",
-                "GENERAL_ERR")
-
-
-def status_name(s):
-    for n in STATUS_NAMES:
-        if getattr(e, "IBV_WC_" + n, None) == s:
-            return n
-    return str(s)
 
 
 def errno_name(code):

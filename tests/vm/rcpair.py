@@ -20,6 +20,22 @@ ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REM
 ACK_TIMEOUT = int(os.environ.get("RVRDMA_ACK_TIMEOUT", "14"))
 
 
+# ibv_wc_status names, for messages ("RETRY_EXC_ERR" rather than 12).
+STATUS_NAMES = ("SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
+                "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
+                "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
+                "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
+                "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR",
+                "GENERAL_ERR")
+
+
+def status_name(s):
+    for n in STATUS_NAMES:
+        if getattr(e, "IBV_WC_" + n, None) == s:
+            return n
+    return str(s)
+
+
 def event_fds():
     """The async event fds ("[infinibandevent]") this process has open."""
     fds = set()

@@ -86,7 +86,7 @@ from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rcpair import Dev, Qp  # noqa: E402
+from rcpair import Dev, Qp, status_name  # noqa: E402
 
 OPS = ("send", "send_imm", "send_inv", "write", "write_imm", "read", "fetch_add", "cmp_swap")
 SEND_OPS = ("send", "send_imm", "send_inv")
@@ -133,12 +133,6 @@ WC_INV_ANY = e.IBV_WC_WITH_INV | (1 << 2)
 # An R_Key that is not (or no longer) valid: IBA says Remote Access Error; some responders
 # answer Invalid Request. Either is a correct refusal, success or a timeout is not.
 REFUSED = (e.IBV_WC_REM_ACCESS_ERR, e.IBV_WC_REM_INV_REQ_ERR)
-STATUS_NAMES = ("SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR",
-                "WR_FLUSH_ERR", "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR",
-                "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR", "RETRY_EXC_ERR",
-                "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
-                "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR",
-                "GENERAL_ERR")
 GUARD = 64  # canary bytes checked on each side of every buffer
 GAP_MAX = 64  # largest gap between two SGE pieces
 SLACK_MAX = 64  # largest unused tail of a receive buffer
@@ -152,13 +146,6 @@ MASK64 = (1 << 64) - 1
 
 class SetupError(Exception):
     """A usage or set-up problem (exit status 2), not a failed check."""
-
-
-def status_name(s):
-    for n in STATUS_NAMES:
-        if getattr(e, "IBV_WC_" + n, None) == s:
-            return n
-    return str(s)
 
 
 def u64(b):
