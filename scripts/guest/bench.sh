@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # In-guest part of scripts/bench: runs the perftest set over rvrdma (rvr0 in rvA, rvr1 in rvB),
-# then over rdma_rxe on the same veth pair, and prints the comparison table.
+# then over rdma_rxe on the same veth pair, and prints the comparison table: each line's figure
+# for both drivers, the ratio, and the requester's retries during the line (completer_retry_err,
+# which both drivers count; on a clean veth it must stay 0). Then the scale line (1,024 QPs at
+# once against one), the memory one QP costs, and the guest's memcpy bandwidth / 2 (a software
+# RoCE device copies every byte at least twice: the limit it can reach).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/vm/lib.sh
@@ -16,14 +20,36 @@ while getopts s:n:r o; do
 	*) exit 2 ;;
 	esac
 done
-tools=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
-declare -A res
+# Each line: a name, the tool and its arguments (ITERS: the iteration count of its kind).
+lines=(
+	"send_bw|ib_send_bw -s $size"
+	"write_bw|ib_write_bw -s $size"
+	"read_bw|ib_read_bw -s $size"
+	"send_bw 4K|ib_send_bw -s 4096"
+	"write_bw 4K|ib_write_bw -s 4096"
+	"read_bw 4K|ib_read_bw -s 4096"
+	"atomic_bw|ib_atomic_bw"
+	"send_lat 2B|ib_send_lat -s 2"
+	"send_lat|ib_send_lat -s 64"
+	"write_lat 2B|ib_write_lat -s 2"
+	"write_lat|ib_write_lat -s 64"
+	"read_lat|ib_read_lat -s 64"
+	"atomic_lat|ib_atomic_lat"
+	# Scale: 1,024 QPs moving data at once, against one QP with the same message size.
+	"write_bw 4K q1|ib_write_bw -s 4096 -q 1 -n 200"
+	"write_bw 4K q1024|ib_write_bw -s 4096 -q 1024 -n 20"
+)
+declare -A res retries mem
 
-# run_set TYPE DEV0 DEV1: every tool between DEV1 (server, rvB) and DEV0 (client, rvA).
+# run_set TYPE DEV0 DEV1: every line between DEV1 (server, rvB) and DEV0 (client, rvA).
 run_set() {
-	local type=$1 d0=$2 d1=$3 t args out v
+	local type=$1 d0=$2 d1=$3 l name spec tool out v r0 r1
+	local -a args words
 	topo_setup 1 >/dev/null
-	link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type" || { echo "link add: $LINK_OUT" >&2; return 1; }
+	if ! { link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type"; }; then
+		echo "link add: $LINK_OUT" >&2
+		return 1
+	fi
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null
 	if [ "$rps" = 1 ]; then
 		# Receive packet steering on both veth ends: received packets are processed on any CPU,
@@ -31,42 +57,91 @@ run_set() {
 		in_a sh -c 'echo 3 > /sys/class/net/veth0/queues/rx-0/rps_cpus'
 		in_b sh -c 'echo 3 > /sys/class/net/veth1/queues/rx-0/rps_cpus'
 	fi
-	for t in "${tools[@]}"; do
-		case $t in
-		ib_atomic_bw) args=(-n "$bw_iters") ;;
-		ib_atomic_lat) args=(-n "$lat_iters") ;;
-		*_bw) args=(-n "$bw_iters" -s "$size") ;;
-		*) args=(-n "$lat_iters" -s 64) ;;
-		esac
-		out=$(PP_TIMEOUT=600 pf_run "$t" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
+	for l in "${lines[@]}"; do
+		name=${l%%|*} spec=${l#*|}
+		read -ra words <<<"$spec"
+		tool=${words[0]} args=("${words[@]:1}")
+		# The default iteration count of its kind, unless the line sets its own.
+		if [[ " ${args[*]} " != *" -n "* ]]; then
+			if [[ $tool == *_bw ]]; then args+=(-n "$bw_iters"); else args+=(-n "$lat_iters"); fi
+		fi
+		r0=$(retry_count "$d0" "$d1")
+		out=$(PP_TIMEOUT=900 pf_run "$tool" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
+		r1=$(retry_count "$d0" "$d1")
 		# The result line is the first line starting with the message size.
-		if [[ $t == *_bw ]]; then
+		if [[ $tool == *_bw ]]; then
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4; exit }' <<<"$out")
 		else
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $5; exit }' <<<"$out")
 		fi
-		res[$type,$t]=${v:-fail}
-		echo "# $type $t: ${v:-failed}" >&2
+		res[$type,$name]=${v:-fail}
+		retries[$type,$name]=$((r1 - r0))
+		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))" >&2
 	done
+	mem[$type]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
+	echo "# $type: $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
+		grep -E 'retrans|retry|dup' | tr '\t\n' '= ')" >&2
 	topo_cleanup
+}
+
+# retry_count DEV...: completer_retry_err of the DEVs, added up.
+retry_count() {
+	local d n=0 v
+	for d in "$@"; do
+		v=$(link_stat "$d" completer_retry_err)
+		n=$((n + ${v:-0}))
+	done
+	echo "$n"
+}
+
+# memcpy_mbs: the guest's memcpy bandwidth in MB/s (64 MiB buffers, one CPU).
+memcpy_mbs() {
+	"$PY" - <<'PYEOF'
+import time
+n = 64 << 20
+a, b = bytearray(n), bytearray(b"\x5a" * n)
+m = memoryview(a)
+best = 0.0
+for _ in range(5):
+    t = time.perf_counter()
+    for _ in range(8):
+        m[:] = b
+    best = max(best, 8 * n / (time.perf_counter() - t) / 1e6)
+print("%.0f" % best)
+PYEOF
 }
 
 dut_load >/dev/null
 run_set rvrdma rvr0 rvr1
 run_set rxe rxe0 rxe1
+cpy=$(memcpy_mbs)
 
-printf '\n%-14s %-6s %14s %14s %9s\n' test unit rvrdma rxe ratio
-for t in "${tools[@]}"; do
-	a=${res[rvrdma,$t]} b=${res[rxe,$t]}
-	if [[ $t == *_bw ]]; then unit=MB/s; else unit=usec; fi
-	if [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]] && awk -v b="$b" 'BEGIN { exit !(b > 0) }'; then
+printf '\n%-18s %-6s %12s %12s %8s %10s\n' test unit rvrdma rxe ratio retries
+for l in "${lines[@]}"; do
+	name=${l%%|*} spec=${l#*|}
+	read -r tool _ <<<"$spec"
+	a=${res[rvrdma,$name]} b=${res[rxe,$name]}
+	if [[ $tool == *_bw ]]; then unit=MB/s; else unit=usec; fi
+	if [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]] && awk -v a="$a" -v b="$b" 'BEGIN { exit !(a > 0 && b > 0) }'; then
 		# ratio > 1 means rvrdma is better: bandwidth a/b, latency b/a.
 		if [ "$unit" = MB/s ]; then r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2fx", a / b }')
 		else r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2fx", b / a }'); fi
 	else
 		r=-
 	fi
-	printf '%-14s %-6s %14s %14s %9s\n' "$t" "$unit" "$a" "$b" "$r"
+	printf '%-18s %-6s %12s %12s %8s %10s\n' "$name" "$unit" "$a" "$b" "$r" \
+		"${retries[rvrdma,$name]}/${retries[rxe,$name]}"
 done
-echo "(ratio > 1: rvrdma better; bandwidth size $size B x $bw_iters, latency 64 B x $lat_iters;" \
-	"RPS on the veths: $([ "$rps" = 1 ] && echo "on (rps_cpus=3)" || echo off))"
+for t in rvrdma rxe; do
+	a=${res[$t,write_bw 4K q1]} b=${res[$t,write_bw 4K q1024]}
+	if [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]]; then
+		echo "scale, $t: 1,024 QPs reach $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f%%", 100 * b / a }') of one QP's write bandwidth (4 KiB)"
+	fi
+done
+echo "memory per RC QP (128/128 WRs): rvrdma ${mem[rvrdma]} KiB, rdma_rxe ${mem[rxe]} KiB"
+echo "guest memcpy ${cpy} MB/s; the soft-RoCE limit (memcpy / 2) $((cpy / 2)) MB/s: rvrdma's" \
+	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
+		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c }') of it"
+echo "(ratio > 1: rvrdma better; retries: rvrdma/rxe completer_retry_err during the line;" \
+	"bandwidth ${bw_iters} iterations, latency ${lat_iters}; RPS on the veths:" \
+	"$([ "$rps" = 1 ] && echo "on (rps_cpus=3)" || echo off))"
