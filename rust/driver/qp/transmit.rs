@@ -200,11 +200,6 @@ impl QpShared {
     /// otherwise the sending moves to that CPU.
     fn flush_stream(self: &Arc<Self>, requests: bool) {
         let s = self.stream(requests);
-        // Nothing to send: no CPU check, and no hand-off of nothing to another CPU (every
-        // context that queues a packet flushes afterwards).
-        if s.queue.is_empty() {
-            return;
-        }
         loop {
             if s.busy.swap(true, Ordering::SeqCst) {
                 return;
