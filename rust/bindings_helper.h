@@ -15,4 +15,3 @@
 #include "../c/rvrdma_mr.h"
 #include "../c/rvrdma_odp.h"
 #include "../c/rvrdma_queue.h"
-#include "../c/rvrdma_sysfs.h"
