@@ -21,7 +21,6 @@ Scenarios (IBA 17.2.8; seeds 000 and 002):
             flushed, the QP is in Error and no PATH_MIG is raised.
 
 usage: apm.py DEV_A DEV_B SCENARIO"""
-import ipaddress
 import os
 import select
 import subprocess
@@ -33,7 +32,7 @@ from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.qp import QPAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from rcpair import Dev, Qp
+from rcpair import Dev, Qp, gid_index
 
 NS = {"a": os.environ.get("NS_A", "rvA"), "b": os.environ.get("NS_B", "rvB")}
 ADDR = {("a", 1): "10.77.0.1", ("a", 2): "10.77.1.1", ("b", 1): "10.77.0.2", ("b", 2): "10.77.1.2"}
@@ -62,31 +61,20 @@ def fatal(what):
     sys.exit(1)
 
 
-def gid_index(dev, port, addr):
-    """Index of the RoCE v2 GID of IPv4 `addr` on `dev`'s `port` (from sysfs)."""
-    want = ipaddress.IPv6Address("::ffff:" + addr).exploded
-    base = "/sys/class/infiniband/%s/ports/%d/" % (dev, port)
-    for i in sorted(os.listdir(base + "gids"), key=int):
-        try:
-            with open(base + "gid_attrs/types/" + i) as f:
-                if f.read().strip() != "RoCE v2":
-                    continue
-            with open(base + "gids/" + i) as f:
-                if f.read().strip() == want:
-                    return int(i)
-        except OSError:
-            continue
-    fatal("no RoCE v2 GID for %s on %s port %d" % (addr, dev, port))
+def gid_index_of(dev, port, addr):
+    """Index of the RoCE v2 GID of IPv4 `addr` on `dev`'s `port`; fatal if there is none."""
+    i = gid_index(dev, port, addr)
+    if i is None:
+        fatal("no RoCE v2 GID for %s on %s port %d" % (addr, dev, port))
+    return i
 
 
 def gid_index_quiet(dev, port, addr):
     """`gid_index`, raising LookupError instead of failing the test."""
-    global failures
-    try:
-        return gid_index(dev, port, addr)
-    except SystemExit:
-        failures -= 1
+    i = gid_index(dev, port, addr)
+    if i is None:
         raise LookupError(addr)
+    return i
 
 
 def ip(ns, *args):
@@ -100,7 +88,7 @@ class Side:
         self.tag = tag
         self.name = name
         self.events = []  # (time, event type)
-        self.gidx = {p: gid_index(name, p, ADDR[(tag, p)]) for p in (1, 2)}
+        self.gidx = {p: gid_index_of(name, p, ADDR[(tag, p)]) for p in (1, 2)}
         self.dev = Dev(name, self.gidx[1], mr_size=1 << 20)
         if self.dev.evfd is None:
             fatal("cannot find the async event fd of %s" % name)

@@ -42,7 +42,6 @@ usage: failover_stall.py DEV_A DEV_B --mode spec|bonding|none [options]"""
 import argparse
 import ctypes
 import errno
-import ipaddress
 import os
 import select
 import socket
@@ -56,7 +55,7 @@ from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.wr import SGE, SendWR
 
-from rcpair import Dev, Qp, status_name
+from rcpair import Dev, Qp, gid_index, status_name
 
 SLOTS = 16  # target (and source) buffers; a slot is rewritten only SLOTS writes later
 CLONE_NEWNET = 0x40000000
@@ -76,14 +75,6 @@ def fail(msg):
     print("FAIL " + msg, flush=True)
 
 
-def gid_index(dev, port, addr):
-    """Index of the RoCE v2 GID of IPv4 `addr` on `dev`'s `port` (from sysfs), or None."""
-    want = ipaddress.IPv6Address("::ffff:" + addr).exploded
-    base = "/sys/class/infiniband/%s/ports/%d/" % (dev, port)
-    try:
-        names = sorted(os.listdir(base + "gids"), key=int)
-    except OSError:
-        return None
     for i in names:
         try:
             with open(base + "gid_attrs/types/" + i) as f:

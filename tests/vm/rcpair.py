@@ -1,5 +1,6 @@
 """Shared by the pyverbs tests: a device side (context, PD, MR) and QPs over the veth pair, with
 stock pyverbs only: RC or UC QPs connected to each other, UD QPs brought to RTS."""
+import ipaddress
 import os
 import select
 import sys
@@ -34,6 +35,16 @@ def status_name(s):
         if getattr(e, "IBV_WC_" + n, None) == s:
             return n
     return str(s)
+
+
+def gid_index(dev, port, addr):
+    """Index of the RoCE v2 GID of IPv4 `addr` on `dev`'s `port` (from sysfs), or None."""
+    want = ipaddress.IPv6Address("::ffff:" + addr).exploded
+    base = "/sys/class/infiniband/%s/ports/%d/" % (dev, port)
+    try:
+        names = sorted(os.listdir(base + "gids"), key=int)
+    except OSError:
+        return None
 
 
 def event_fds():
