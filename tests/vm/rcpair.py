@@ -45,6 +45,17 @@ def gid_index(dev, port, addr):
         names = sorted(os.listdir(base + "gids"), key=int)
     except OSError:
         return None
+    for i in names:
+        try:
+            with open(base + "gid_attrs/types/" + i) as f:
+                if f.read().strip() != "RoCE v2":
+                    continue
+            with open(base + "gids/" + i) as f:
+                if f.read().strip() == want:
+                    return int(i)
+        except OSError:
+            continue
+    return None
 
 
 def event_fds():
