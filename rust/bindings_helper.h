@@ -15,3 +15,4 @@
 #include "../c/rvrdma_mr.h"
 #include "../c/rvrdma_odp.h"
 #include "../c/rvrdma_queue.h"
+#include "../c/rvrdma_sysfs.h"

@@ -89,6 +89,10 @@ counters! {
     path_migrations,
     /// Migration requests dropped for not matching the alternate path (PATH_MIG_ERR).
     path_mig_errors,
+    /// Alternate paths the bonding policy loaded (each followed by a re-arm).
+    apm_auto_rearms,
+    /// Migrations the bonding policy made when the primary path's port went down.
+    apm_port_failovers,
     /// Packets dropped by a QP (state, header or path checks).
     qp_dropped,
     /// Packets dropped by a QP because their P_Key does not match the QP's (another
@@ -191,6 +195,12 @@ impl Counters {
         );
         add(&self.path_migrations, now.migrations, last.migrations);
         add(&self.path_mig_errors, now.mig_errors, last.mig_errors);
+        add(&self.apm_auto_rearms, now.auto_rearms, last.auto_rearms);
+        add(
+            &self.apm_port_failovers,
+            now.port_failovers,
+            last.port_failovers,
+        );
         add(&self.qp_dropped, now.dropped, last.dropped);
         add(
             &self.pkey_violations,

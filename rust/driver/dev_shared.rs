@@ -8,18 +8,20 @@ use super::counters::Counters;
 use super::mcast::McastTable;
 use super::mr_table::MrTable;
 use super::qp::QpShared;
+use crate::ib::attrs::PortState;
 use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::udp_tunnel;
 use crate::rvcore::apm::PathInfo;
 use crate::sync::irq_spinlock::IrqSpinLock;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{prelude::*, sync::Arc};
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
 pub const FIRST_QPN: u32 = 16;
 /// The number of the GSI QP on the wire, on every port.
 pub const GSI_QPN: u32 = 1;
-/// Most QPs per device.
-pub const MAX_QPS: usize = 4096;
+/// Most QPs per device (the table is one slot each: 16 bytes, 256 KiB a device).
+pub const MAX_QPS: usize = 16384;
 
 /// An entry of the QP table.
 enum QpSlot {
@@ -51,6 +53,8 @@ pub struct DevShared {
     pub mcast: McastTable,
     /// How many PDs, CQs, AHs and SRQs the device holds, against its limits.
     pub limits: super::limits::Limits,
+    /// The `apm_bonding` switch (docs/apm-bonding.md).
+    apm_bonding: AtomicBool,
 }
 
 /// Most user AHs per device.
@@ -70,6 +74,10 @@ pub struct UserAh {
 struct QpTable {
     slots: KVec<QpSlot>,
     gsi: [QpSlot; 2],
+    /// Where the search for a free number starts: after the last one handed out, so that
+    /// creating many QPs is not quadratic and a number just freed is not reused at once (a
+    /// late packet of the old QP would find the new one).
+    next: usize,
 }
 
 impl QpTable {
@@ -107,12 +115,14 @@ impl DevShared {
                     QpTable {
                         slots: table,
                         gsi: [QpSlot::Free, QpSlot::Free],
+                        next: 0,
                     },
                     "rvrdma_qp_table"
                 ),
                 ahs <- crate::new_irq_spinlock!(ahs, "rvrdma_ah_table"),
                 mcast <- McastTable::new(),
                 limits: super::limits::Limits::default(),
+                apm_bonding: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )
@@ -131,12 +141,14 @@ impl DevShared {
     ) -> Result<Arc<QpShared>> {
         let idx = {
             let mut t = self.qps.lock();
-            let i = t
-                .slots
-                .iter()
-                .position(|e| matches!(e, QpSlot::Free))
+            let n = t.slots.len();
+            let start = t.next;
+            let i = (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&i| matches!(t.slots[i], QpSlot::Free))
                 .ok_or(ENOMEM)?;
             t.slots[i] = QpSlot::Reserved;
+            t.next = (i + 1) % n;
             i
         };
         let qpn = FIRST_QPN + u32::try_from(idx).map_err(|_| EINVAL)?;
@@ -234,6 +246,55 @@ impl DevShared {
                 }
                 return Err(e);
             }
+        }
+        Ok(())
+    }
+
+    /// Whether the `apm_bonding` switch is on.
+    pub fn apm_bonding(&self) -> bool {
+        self.apm_bonding.load(Ordering::Relaxed)
+    }
+
+    /// Turns the `apm_bonding` switch on or off and tells every QP. Process context.
+    pub fn set_apm_bonding(&self, on: bool) -> Result {
+        self.apm_bonding.store(on, Ordering::Relaxed);
+        self.ports_changed()
+    }
+
+    /// What the bonding policy needs to know of the ports: which of the two are ACTIVE, or
+    /// `None` while the switch is off or the device has one port.
+    pub fn bonding_ports(&self) -> Option<[bool; 2]> {
+        if !self.apm_bonding() || self.ports.len() < 2 {
+            return None;
+        }
+        let active = |i: usize| {
+            self.ports
+                .get(i)
+                .is_some_and(|p| p.ib_port_state() == PortState::Active)
+        };
+        Some([active(0), active(1)])
+    }
+
+    /// A port went up or down (or the switch changed): every connected QP hears of it, and
+    /// with the switch on, migrates or re-arms as the bonding policy says. Process context.
+    pub fn ports_changed(&self) -> Result {
+        let mut qps = KVec::new();
+        {
+            let t = self.qps.lock();
+            let n = t
+                .slots
+                .iter()
+                .filter(|s| matches!(s, QpSlot::Used(_)))
+                .count();
+            qps.reserve(n, GFP_ATOMIC)?;
+            for s in t.slots.iter() {
+                if let QpSlot::Used(qp) = s {
+                    qps.push_within_capacity(qp.clone()).map_err(|_| ENOMEM)?;
+                }
+            }
+        }
+        for qp in &qps {
+            qp.ports_changed();
         }
         Ok(())
     }

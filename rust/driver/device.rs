@@ -9,7 +9,7 @@ use super::mr_table::{MrTable, MAX_MRS, MAX_MWS};
 use crate::ib::attrs::{
     AtomicCap, DeviceAttr, DriverId, IbMtu, PhysPortState, PortAttr, PortImmutable, PortState,
 };
-use crate::ib::device::{Device, IbDriver};
+use crate::ib::device::{Device, IbDriver, Switch};
 use crate::net::netdev::{NetDev, NetDevRef};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{prelude::*, sync::Arc};
@@ -255,5 +255,17 @@ impl IbDriver for RvrDevice {
         // being handled.
         dev.data().shared.shutdown();
         pr_debug!("{}: released\n", dev.name());
+    }
+
+    fn switch(dev: &Device<Self>, sw: Switch) -> bool {
+        match sw {
+            Switch::ApmBonding => dev.data().shared.apm_bonding(),
+        }
+    }
+
+    fn set_switch(dev: &Device<Self>, sw: Switch, on: bool) -> Result {
+        match sw {
+            Switch::ApmBonding => dev.data().shared.set_apm_bonding(on),
+        }
     }
 }

@@ -125,7 +125,14 @@ impl NetdevHandler for RvrNetdevEvents {
             let Some(reg) = dev.registered() else { return };
             match ev {
                 // ib_core would do this for devices in its netdev index; ours are not in it.
-                NetdevEvent::LinkChange => reg.dispatch_port_state_event(ndev),
+                NetdevEvent::LinkChange => {
+                    reg.dispatch_port_state_event(ndev);
+                    // The bonding policy follows the ports (a failed allocation only skips it
+                    // this time: the QPs then migrate at their retry exhaustion).
+                    if dev.data().shared.apm_bonding() {
+                        let _ = dev.data().shared.ports_changed();
+                    }
+                }
                 NetdevEvent::Unregister => {
                     pr_info!("{} goes away with {}\n", dev.name(), ndev.name());
                     reg.unregister_queued();

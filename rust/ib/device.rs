@@ -35,6 +35,28 @@ pub trait IbDriver: Send + Sync + Sized + 'static {
     /// Called once when ib_core is done with the device, before the device leaves
     /// [`super::registry`] and its data is dropped.
     fn dealloc(dev: &Device<Self>);
+    /// Whether the per-device switch `sw` is on (read from sysfs).
+    fn switch(dev: &Device<Self>, sw: Switch) -> bool;
+    /// Turns the per-device switch `sw` on or off (written from sysfs, process context).
+    fn set_switch(dev: &Device<Self>, sw: Switch, on: bool) -> Result;
+}
+
+/// The per-device switches, each a sysfs attribute of the device
+/// (`/sys/class/infiniband/<dev>/<name>`, "0" or "1").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    /// `apm_bonding`: automatic alternate paths, failover and re-arm (seed 002).
+    ApmBonding,
+}
+
+impl Switch {
+    /// The switch with the C number `raw` (`RVR_SWITCH_*`).
+    fn from_raw(raw: u32) -> Option<Self> {
+        match raw {
+            b::RVR_SWITCH_APM_BONDING => Some(Self::ApmBonding),
+            _ => None,
+        }
+    }
 }
 
 /// The memory layout behind an rvrdma `ib_device`: ib_core's part first, then the driver's.
@@ -200,6 +222,9 @@ pub fn register<T: super::verbs::Verbs>(
         ops.owner = module.as_ptr();
         ops.driver_id = p.driver_id.to_raw();
         ops.uverbs_abi_ver = p.uverbs_abi_ver;
+        ops.device_group = &raw const b::rvr_dev_attr_group;
+        // One driver type per module: every device's switches go to `T`.
+        b::rvr_sysfs_set_switch_ops(Some(Ops::<T>::switch_get), Some(Ops::<T>::switch_set));
         b::ib_set_device_ops(raw, &ops);
     }
 
@@ -433,6 +458,29 @@ impl<T: IbDriver> Ops<T> {
     /// the context (through the verbs above) and zapped its mappings: nothing of ours refers to
     /// the process any more, so there is nothing left to cut.
     unsafe extern "C" fn disassociate_ucontext(_uc: *mut b::ib_ucontext) {}
+
+    /// # Safety
+    ///
+    /// sysfs callback of one of our registered devices: `ibdev` is live with initialised data.
+    unsafe extern "C" fn switch_get(ibdev: *mut b::ib_device, sw: c_uint) -> c_int {
+        let Some(sw) = Switch::from_raw(sw) else {
+            return EINVAL.to_errno();
+        };
+        // SAFETY: `ibdev` is ours and live (the caller's guarantee).
+        c_int::from(T::switch(unsafe { Device::from_raw(ibdev) }, sw))
+    }
+
+    /// # Safety
+    ///
+    /// sysfs callback of one of our registered devices: `ibdev` is live with initialised data.
+    unsafe extern "C" fn switch_set(ibdev: *mut b::ib_device, sw: c_uint, on: bool) -> c_int {
+        from_result(|| {
+            let sw = Switch::from_raw(sw).ok_or(EINVAL)?;
+            // SAFETY: `ibdev` is ours and live (the caller's guarantee).
+            T::set_switch(unsafe { Device::from_raw(ibdev) }, sw, on)?;
+            Ok(0)
+        })
+    }
 
     /// # Safety
     ///

@@ -241,14 +241,15 @@ rdma_lists_not() {
 	! grep -qx "$1" <<<"$l"
 }
 
-# port_state DEV: ACTIVE, DOWN, ... from sysfs ("4: ACTIVE").
+# port_state DEV [PORT]: ACTIVE, DOWN, ... from sysfs ("4: ACTIVE"); PORT defaults to 1.
 port_state() {
 	local s
-	s=$(cat "/sys/class/infiniband/$1/ports/1/state" 2>/dev/null) || return 1
+	s=$(cat "/sys/class/infiniband/$1/ports/${2:-1}/state" 2>/dev/null) || return 1
 	echo "${s#*: }"
 }
 
-port_is() { [ "$(port_state "$1")" = "$2" ]; }
+# port_is DEV STATE [PORT]
+port_is() { [ "$(port_state "$1" "${3:-1}")" = "$2" ]; }
 
 # dut_load: makes sure the device-under-test's driver is present. For rvrdma: insmod $RVRDMA_KO
 # unless loaded. For rxe: built in, nothing to do.

@@ -251,6 +251,8 @@ enum Entry<'a> {
     Unsupported(&'a RawBth, &'a PathMatch),
     /// Modify QP.
     Modify(&'a QpAttrs, AttrMask, &'a mut Result),
+    /// A port went up or down, or the `apm_bonding` switch changed.
+    Ports,
 }
 
 impl QpShared {
@@ -280,6 +282,17 @@ impl QpShared {
     /// request gets an Invalid Request NAK and the QP enters Error; the rest is dropped).
     pub fn receive_unsupported(self: &Arc<Self>, bth: &RawBth, pm: &PathMatch) {
         let _ = self.drive(Entry::Unsupported(bth, pm));
+    }
+
+    /// A port went up or down, or the `apm_bonding` switch changed (process context). The
+    /// routes of both paths are looked up first: the port event flushed the cached ones, and a
+    /// migration must find the new primary's route at once, not drop what it resends until the
+    /// retransmit timer.
+    pub(crate) fn ports_changed(self: &Arc<Self>) {
+        self.refresh_routes();
+        let _ = self.drive(Entry::Ports);
+        // A re-arm may have loaded a new alternate path: its route, for the next failover.
+        self.refresh_routes();
     }
 
     /// Queues the QP's work item (a no-op if it is queued already). Any context.
@@ -397,7 +410,10 @@ impl QpShared {
                     }
                 }
             }
+            Entry::Ports => core.set_bonding(self.dev.bonding_ports(), &mut out),
             Entry::Modify(a, m, res) => {
+                // The policy as it stands, for the step into RTS to act on.
+                core.set_bonding(self.dev.bonding_ports(), &mut out);
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
                 if core.state() == QpState::Reset {
                     // Kept packets belong to the connection that is gone.

@@ -320,6 +320,10 @@ impl QpVerbs for RvrDevice {
         if res.is_ok() && new_port {
             qp.wc_port.store(a.path.port_num, Ordering::Relaxed);
         }
+        if res.is_ok() && qp.dev.apm_bonding() {
+            // The bonding policy may have loaded an alternate path: its route, for a failover.
+            qp.refresh_routes();
+        }
         res
     }
 
