@@ -29,10 +29,12 @@ main() {
 		'set_switch "$A" 1 && set_switch "$B" 1 && [ "$(switch_of "$A")$(switch_of "$B")" = 11 ]'
 	check "ibv_rc_pingpong survives a cut of link 1, its restoration and a cut of link 2" \
 		pingpong_survives
+	diag "${SECONDS} s into the test"
 	s0=$(counters)
 	check "traffic.py (every op, 4 QP pairs, both ways) through the same cuts: every WR and byte right" \
 		traffic_survives
-	check "every QP migrated at each cut, on both devices (apm_port_failovers, path_migrations)" \
+	diag "${SECONDS} s into the test"
+	check "every QP migrated at each cut, on both devices (path_migrations), A at once on its port event (apm_port_failovers)" \
 		grew "$s0" 2
 	check "every QP re-armed after each restoration, on both devices (apm_auto_rearms)" \
 		rearmed "$s0"
@@ -83,30 +85,32 @@ cuts() {
 	wait_for "$RVRDMA_WAIT" port_is "$A" ACTIVE 2 >/dev/null
 }
 
-# pingpong N: ibv_rc_pingpong, server on B over link 1's addresses, N iterations of 4 KiB, in
-# the background; its PID in PP_PID, its output in $DIR/pp.txt.
+# pingpong N: ibv_rc_pingpong, server on B over link 1's addresses, N iterations of 4 KiB (about
+# 1.2 ms each under TCG), in the background; its PID in PP_PID, its output in $DIR/pp.txt.
 pingpong() {
-	PP_TIMEOUT=$((240 * ${RVRDMA_TIME_SCALE:-1})) pp_run ibv_rc_pingpong "$B" 10.77.0.2 "$A" 10.77.0.1 \
+	PP_TIMEOUT=${PP_TIMEOUT:-$((240 * ${RVRDMA_TIME_SCALE:-1}))} pp_run ibv_rc_pingpong "$B" 10.77.0.2 "$A" 10.77.0.1 \
 		-n "$1" -s 4096 >"$DIR/pp.txt" 2>&1 &
 	PP_PID=$!
 }
 
 pingpong_fails_across_a_cut() {
 	local rc=0
-	pingpong 200000
+	# The server waits for messages that never come once the client failed: its timeout ends it.
+	PP_TIMEOUT=$((20 * ${RVRDMA_TIME_SCALE:-1})) pingpong 20000
 	sleep 2
 	in_a ip link set veth0 down
 	sleep "$CUT"
 	in_a ip link set veth0 up
 	wait "$PP_PID" || rc=$?
 	wait_for "$RVRDMA_WAIT" port_is "$A" ACTIVE 1 >/dev/null
-	tail -3 "$DIR/pp.txt"
-	[ "$rc" -ne 0 ] && grep -qiE "status|error|failed" "$DIR/pp.txt"
+	echo "ibv_rc_pingpong exit status $rc ($(wc -l <"$DIR/pp.txt") lines of output)"
+	tail -4 "$DIR/pp.txt"
+	[ "$rc" -ne 0 ] && grep -q "Failed status transport retry counter exceeded" "$DIR/pp.txt"
 }
 
 pingpong_survives() {
 	local rc=0 cut=0
-	pingpong 200000
+	pingpong 20000
 	cuts "$PP_PID" || cut=1
 	wait "$PP_PID" || rc=$?
 	tail -3 "$DIR/pp.txt"
@@ -118,7 +122,7 @@ traffic_survives() {
 	local out=$DIR/traffic.txt stop=$DIR/stop rc=0 cut=0
 	rm -f "$stop"
 	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$A" "$B" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
-		--ops all --qps 4 --random 100000 --sizes 1,1024,3079,65536 --until "$stop" \
+		--ops all --qps 4 --random 20000 --mr-size 8M --sizes 1,1024,3079,65536 --until "$stop" \
 		--timeout "$((60 * ${RVRDMA_TIME_SCALE:-1}))" >"$out" 2>&1 &
 	local tpid=$!
 	wait_for 120 grep -q "operations$" "$out" >/dev/null || { cat "$out"; kill "$tpid"; return 1; }
@@ -142,16 +146,16 @@ counters() {
 	done
 }
 
-# grew BEFORE N: on each device, apm_port_failovers and path_migrations rose by at least N per
-# traffic.py QP pair (4, and its Send with Invalidate pair) since BEFORE.
+# grew BEFORE N: path_migrations rose by at least N per traffic.py QP pair (4, and its Send with
+# Invalidate pair) since BEFORE on each device, and apm_port_failovers as much on A, whose links
+# are cut (B's QPs follow A's first MigReq=1 packet, usually before B's own port event).
 grew() {
 	local -a b a
 	read -ra b <<<"$1"
 	read -ra a <<<"$(counters)"
 	echo "before: $1; after: ${a[*]} (A: failovers migrations rearms, then B)"
 	local min=$((4 * $2))
-	[ $((a[0] - b[0])) -ge "$min" ] && [ $((a[1] - b[1])) -ge "$min" ] &&
-		[ $((a[3] - b[3])) -ge "$min" ] && [ $((a[4] - b[4])) -ge "$min" ]
+	[ $((a[0] - b[0])) -ge "$min" ] && [ $((a[1] - b[1])) -ge "$min" ] && [ $((a[4] - b[4])) -ge "$min" ]
 }
 
 # rearmed BEFORE: on each device apm_auto_rearms rose by at least one per QP pair and cut.

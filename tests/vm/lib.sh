@@ -440,7 +440,12 @@ ex_run() {
 	gc=$(sysfs_gid_index "$cdev" "$(gid_full "$caddr")" "RoCE v2") || { echo "no RoCE v2 GID for $caddr on $cdev"; return 1; }
 	port=$(pp_next_port) || { echo "no TCP port from $PP_PORT_FILE"; return 1; }
 	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
+	if [ "$sout" = /dev/stdout ]; then
+		# Opening /dev/stdout anew would truncate a file the caller sent stdout to.
+		ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" 2>&1 &
+	else
+		ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
+	fi
 	spid=$!
 	if ! wait_for 30 eval "ip netns exec $sns ss -ltn | grep -q ':$port '"; then
 		kill "$spid" 2>/dev/null

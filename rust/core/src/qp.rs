@@ -450,11 +450,7 @@ where
             if let Some(m) = self.apm.on_port_down() {
                 self.port_failovers = self.port_failovers.wrapping_add(1);
                 self.on_migration(&m, out);
-                if self.create.qp_type == QpType::Rc && self.sm.rq_processes_inbound() {
-                    let path = *self.apm.primary();
-                    let ctx = self.rx_ctx(&path, &PathMatch::default());
-                    self.rq.announce(&ctx, out);
-                }
+                self.announce(out);
             }
             return;
         }
@@ -466,7 +462,22 @@ where
             if self.apm.auto_rearm(&alt) {
                 self.auto_rearms = self.auto_rearms.wrapping_add(1);
                 self.mig_err_reported = false;
+                // The peer arms on our MigReq=0: an idle connection must not wait for traffic,
+                // or a port failure before the first message would find it unarmed.
+                self.announce(out);
             }
+        }
+    }
+
+    /// The bonding policy's word to the peer: an ACK over the primary path carrying this end's
+    /// MigReq bit, so that the peer migrates or arms at once rather than on the next message.
+    /// It ends: an end announces on re-arming and on arming, and arming happens once per
+    /// re-arm.
+    fn announce<O: Outputs>(&mut self, out: &mut O) {
+        if self.create.qp_type == QpType::Rc && self.sm.rq_processes_inbound() {
+            let path = *self.apm.primary();
+            let ctx = self.rx_ctx(&path, &PathMatch::default());
+            self.rq.announce(&ctx, out);
         }
     }
 
@@ -797,7 +808,10 @@ where
             self.apm.on_packet(mig_req, arrived_on)
         };
         match apm_verdict {
-            RxVerdict::Accept | RxVerdict::AcceptArmed => {}
+            RxVerdict::Accept => {}
+            // The peer may have re-armed after our own announcement: it arms on this one.
+            RxVerdict::AcceptArmed if self.bonding.is_some() => self.announce(out),
+            RxVerdict::AcceptArmed => {}
             RxVerdict::AcceptMigrated(m) => self.on_migration(&m, out),
             RxVerdict::DropPathMigErr => {
                 // Seed 000 step 6 reports every miscompare. We report the first one after each

@@ -162,6 +162,39 @@ fn seed002_a_qp_without_an_alternate_path_gets_one_on_the_other_port() {
     }
 }
 
+/// Seed 002: "automatically rearm connection whenever an alternate path exists" holds for a
+/// connection that carries nothing: each end announces its re-arm, arms on the other's
+/// announcement and answers it once, so both arm with no message posted and the exchange ends.
+/// A port failure before the first message then fails over like any other.
+#[test]
+fn seed002_idle_qps_arm_without_traffic_and_fail_over() {
+    let mut b = Bond::new(16);
+    b.pump();
+    for i in 0..2 {
+        assert_eq!(
+            b.mig(i),
+            MigState::Armed,
+            "end {i} armed with nothing posted"
+        );
+        assert!(b.d.e[i].out.send_cqes.is_empty());
+    }
+    b.link(0, false);
+    assert_eq!(b.d.e[0].qp.counters().port_failovers, 1);
+    b.send(0, 3);
+    b.pump();
+    assert_eq!((b.port(0), b.port(1)), (2, 2));
+    assert!(b.d.e[0].sends_all(WcStatus::Success));
+    assert_eq!(b.d.e[1].out.recv_cqes.len(), 1);
+    // And again once link 0 is back: re-armed and armed with no message, ready for link 1.
+    b.link(0, true);
+    b.pump();
+    for i in 0..2 {
+        assert_eq!(b.mig(i), MigState::Armed, "end {i} armed again, idle");
+    }
+    b.link(1, false);
+    assert_eq!(b.port(0), 1, "failed over back to port 1 at once");
+}
+
 #[test]
 fn seed002_policy_off_leaves_apm_to_the_application() {
     let mut d = Duo::running(4);
