@@ -395,3 +395,143 @@ fn seed002_a_flapping_port_loses_nothing() {
         assert_eq!(b.port(i), 2);
     }
 }
+
+/// A failover while the peer's RDMA Read is answered: the responses are lost with the port, and
+/// the announcing ACK (whose PSN covers the Read's response PSNs) must not complete the Read
+/// without its data (an ACK past an outstanding Read means its responses were lost: the
+/// requester asks again).
+#[test]
+fn seed002_a_read_in_flight_across_a_failover_gets_its_data() {
+    let mut b = armed_bond();
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+    fill(&b.d.e[0].mem, RMT, RMT_VA, &data);
+    b.d.post(1, read_wr(40, 3000)).expect("post");
+    b.d.progress(1);
+    b.flow(1); // the request reaches end 0 over link 0
+    b.up[0] = false;
+    b.d.progress(0);
+    b.flow(0); // its responses are lost
+    b.ports(); // end 0 fails over and announces
+    b.settle();
+    assert_eq!((b.port(0), b.port(1)), (2, 2));
+    assert_eq!(
+        b.d.e[1].out.send_cqes.len(),
+        2,
+        "armed_bond's Send and the Read"
+    );
+    assert!(b.d.e[1].sends_all(WcStatus::Success));
+    let got = b.d.e[1]
+        .mem
+        .0
+        .borrow()
+        .read(DST, DST_VA, 3000)
+        .expect("read");
+    assert!(got == data, "the Read's data landed");
+}
+
+/// rping's exchange (one receive posted at a time; per ping the client Sends, the server Reads
+/// the client's buffer and Sends, the client Sends again, the server Writes and Sends), with
+/// link 0 cut after each possible number of packets, restored later, then link 1 cut: every
+/// message is received exactly once, every WR completes successfully, every ping ends.
+#[test]
+fn seed002_rping_exchange_survives_cuts_anywhere() {
+    const PINGS: u64 = 4;
+    for cut in 1..80 {
+        let mut b = Bond::new(1);
+        b.pump();
+        let data: Vec<u8> = (0..64u8).collect();
+        fill(&b.d.e[0].mem, RMT, RMT_VA, &data);
+        // Client: pings done, step within the ping (0: waits "go ahead", 1: waits "done").
+        let (mut pings, mut cstep) = (0u64, 0);
+        // Server: receives seen, and the Read/Write whose completion it waits for.
+        let mut seen = [0usize; 2];
+        let mut sends_seen = 0usize;
+        let mut posted = [0u64; 2]; // Sends posted by each end
+        let mut steps = 0;
+        b.send(0, 1);
+        posted[0] += 1;
+        for _round in 0..10_000 {
+            let mut moved = 0;
+            for i in 0..2 {
+                b.d.progress(i);
+                for (h, p, port) in b.d.take(i) {
+                    steps += 1;
+                    match steps - cut {
+                        0 => b.link(0, false),
+                        30 => b.link(0, true),
+                        60 => b.link(1, false),
+                        _ => {}
+                    }
+                    b.deliver(1 - i, &h, &p, port);
+                    moved += 1;
+                }
+            }
+            // The applications react to what completed.
+            while seen[0] < b.d.e[0].out.recv_cqes.len() {
+                assert_eq!(b.d.e[0].out.recv_cqes[seen[0]].status, WcStatus::Success);
+                seen[0] += 1;
+                b.d.post_recv(0, 64).expect("recv");
+                if cstep == 0 {
+                    cstep = 1;
+                    b.send(0, 10 + seen[0] as u64);
+                    posted[0] += 1;
+                } else {
+                    cstep = 0;
+                    pings += 1;
+                    if pings < PINGS {
+                        b.send(0, 10 + seen[0] as u64);
+                        posted[0] += 1;
+                    }
+                }
+            }
+            while seen[1] < b.d.e[1].out.recv_cqes.len() {
+                assert_eq!(b.d.e[1].out.recv_cqes[seen[1]].status, WcStatus::Success);
+                seen[1] += 1;
+                b.d.post_recv(1, 64).expect("recv");
+                let id = 1000 + seen[1] as u64;
+                if seen[1] % 2 == 1 {
+                    b.d.post(1, read_wr(id, 64)).expect("read");
+                } else {
+                    b.d.post(1, send_wr(id, SendOpcode::RdmaWrite, 64))
+                        .expect("write");
+                }
+            }
+            while sends_seen < b.d.e[1].out.send_cqes.len() {
+                let c = b.d.e[1].out.send_cqes[sends_seen];
+                assert_eq!(
+                    c.status,
+                    WcStatus::Success,
+                    "cut {cut}: server WR {}",
+                    c.wr_id
+                );
+                sends_seen += 1;
+                if (1000..2000).contains(&c.wr_id) {
+                    b.send(1, 5000 + c.wr_id);
+                    posted[1] += 1;
+                }
+            }
+            if moved == 0 {
+                let mut fired = false;
+                for i in 0..2 {
+                    if b.d.e[i].out.timers[timer_index(Timer::Retransmit)].is_some() {
+                        b.d.fire(i, Timer::Retransmit);
+                        fired = true;
+                    }
+                }
+                if !fired {
+                    break;
+                }
+            }
+        }
+        assert_eq!(pings, PINGS, "cut {cut}: every ping ended");
+        assert_eq!(
+            seen[0] as u64, posted[1],
+            "cut {cut}: client received each Send once"
+        );
+        assert_eq!(
+            seen[1] as u64, posted[0],
+            "cut {cut}: server received each Send once"
+        );
+        assert!(b.d.e[0].sends_all(WcStatus::Success), "cut {cut}");
+    }
+}
