@@ -75,19 +75,6 @@ def fail(msg):
     print("FAIL " + msg, flush=True)
 
 
-    for i in names:
-        try:
-            with open(base + "gid_attrs/types/" + i) as f:
-                if f.read().strip() != "RoCE v2":
-                    continue
-            with open(base + "gids/" + i) as f:
-                if f.read().strip() == want:
-                    return int(i)
-        except OSError:
-            continue
-    return None
-
-
 class NsLink:
     """Sets one interface of a named netns up or down with a single rtnetlink request, from a
     socket created in that netns (the thread enters it only to create the socket)."""
