@@ -92,18 +92,23 @@ impl Bond {
         e.qp.set_bonding(Some(self.up), &mut e.out);
     }
 
+    /// Fires the retransmit timers that are armed; whether there was one.
+    fn fire_retransmits(&mut self) -> bool {
+        let mut fired = false;
+        for i in 0..2 {
+            if self.d.e[i].out.timers[timer_index(Timer::Retransmit)].is_some() {
+                self.d.fire(i, Timer::Retransmit);
+                fired = true;
+            }
+        }
+        fired
+    }
+
     /// Fires the retransmit timers that are armed, then pumps, until none is.
     fn settle(&mut self) {
         self.pump();
         for _ in 0..16 {
-            let mut fired = false;
-            for i in 0..2 {
-                if self.d.e[i].out.timers[timer_index(Timer::Retransmit)].is_some() {
-                    self.d.fire(i, Timer::Retransmit);
-                    fired = true;
-                }
-            }
-            if !fired {
+            if !self.fire_retransmits() {
                 return;
             }
             self.pump();
@@ -510,17 +515,8 @@ fn seed002_rping_exchange_survives_cuts_anywhere() {
                     posted[1] += 1;
                 }
             }
-            if moved == 0 {
-                let mut fired = false;
-                for i in 0..2 {
-                    if b.d.e[i].out.timers[timer_index(Timer::Retransmit)].is_some() {
-                        b.d.fire(i, Timer::Retransmit);
-                        fired = true;
-                    }
-                }
-                if !fired {
-                    break;
-                }
+            if moved == 0 && !b.fire_retransmits() {
+                break;
             }
         }
         assert_eq!(pings, PINGS, "cut {cut}: every ping ended");
