@@ -531,3 +531,43 @@ fn seed002_rping_exchange_survives_cuts_anywhere() {
         assert!(b.d.e[0].sends_all(WcStatus::Success), "cut {cut}");
     }
 }
+
+/// The same with part of the Read's responses through before the cut: the announcement's ACK
+/// covers the Read's last PSN while the requester still waits for the rest. The Read completes
+/// once, with all its data.
+#[test]
+fn seed002_a_read_half_answered_across_a_failover_completes_once() {
+    for through in [0, 1, 2, 6, 11] {
+        let mut b = armed_bond();
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 11 + 5) as u8).collect();
+        fill(&b.d.e[0].mem, RMT, RMT_VA, &data);
+        b.d.post(1, read_wr(40, 3000)).expect("post");
+        b.d.progress(1);
+        b.flow(1);
+        b.d.progress(0);
+        let resp = b.d.take(0);
+        assert_eq!(resp.len(), 12, "twelve response packets (path MTU 256)");
+        for (h, p, port) in resp.iter().take(through) {
+            b.deliver(1, h, p, *port);
+        }
+        b.up[0] = false;
+        b.ports();
+        b.settle();
+        assert_eq!((b.port(0), b.port(1)), (2, 2));
+        let reads: Vec<_> = b.d.e[1]
+            .out
+            .send_cqes
+            .iter()
+            .filter(|c| c.wr_id == 40)
+            .collect();
+        assert_eq!(reads.len(), 1, "{through} through: the Read completed once");
+        assert_eq!(reads[0].status, WcStatus::Success);
+        let got = b.d.e[1]
+            .mem
+            .0
+            .borrow()
+            .read(DST, DST_VA, 3000)
+            .expect("read");
+        assert!(got == data, "{through} through: the Read's data landed");
+    }
+}
