@@ -67,12 +67,20 @@ bad_value() {
 	grep -q "Invalid argument" <<<"$err" && [ "$(switch_of "$A")" = 0 ]
 }
 
+# running: an RC QP of a user program is in RTS on A (the pingpong connected; a cut before that
+# would stop its TCP exchange instead and prove nothing).
+running() {
+	wait_for "$((60 * ${RVRDMA_TIME_SCALE:-1}))" eval \
+		"rdma resource show qp link $A/1 | grep -q 'type RC state RTS'" || { echo "no QP in RTS on $A"; return 1; }
+	sleep 1
+}
+
 # cuts PID: while PID runs, link 1 (veth0) goes down for CUT s and up again, then, once the QPs
 # had time to re-arm, link 2 (veth2) likewise. Fails if PID ended before the last cut was over
 # (the program then proved nothing about it).
 cuts() {
 	local pid=$1
-	sleep 2
+	running || return 1
 	in_a ip link set veth0 down
 	sleep "$CUT"
 	in_a ip link set veth0 up
@@ -97,7 +105,7 @@ pingpong_fails_across_a_cut() {
 	local rc=0
 	# The server waits for messages that never come once the client failed: its timeout ends it.
 	PP_TIMEOUT=$((20 * ${RVRDMA_TIME_SCALE:-1})) pingpong 20000
-	sleep 2
+	running || return 1
 	in_a ip link set veth0 down
 	sleep "$CUT"
 	in_a ip link set veth0 up
