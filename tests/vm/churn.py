@@ -52,7 +52,7 @@ from pyverbs.pyverbs_error import PyverbsError
 from pyverbs.wr import SGE, RecvWR, SendWR
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rcpair import ACCESS, Qp, event_fds, status_name  # noqa: E402
+from rcpair import ACCESS, Qp, event_fds, gid_index, status_name  # noqa: E402
 
 CANARY = 64
 MAX_MSG = 65536
@@ -100,27 +100,6 @@ def instance(dev):
         return os.stat("/sys/class/infiniband/" + dev).st_ino
     except OSError:
         return None
-
-
-def sysfs_gid_index(dev, addr):
-    """The index of `addr`'s RoCE v2 GID on port 1 of `dev`, or None."""
-    want = ipaddress.IPv6Address("::ffff:" + addr).exploded
-    base = "/sys/class/infiniband/%s/ports/1/" % dev
-    try:
-        idx = sorted(os.listdir(base + "gids"), key=int)
-    except OSError:
-        return None
-    for i in idx:
-        try:
-            with open(base + "gids/" + i) as f:
-                if f.read().strip() != want:
-                    continue
-            with open(base + "gid_attrs/types/" + i) as f:
-                if f.read().strip() == "RoCE v2":
-                    return int(i)
-        except OSError:
-            return None
-    return None
 
 
 class Side:
@@ -230,7 +209,7 @@ class Worker:
 
     def gid_index(self, dev, addr, churned):
         if churned or dev not in self.gids:
-            i = sysfs_gid_index(dev, addr)
+            i = gid_index(dev, 1, addr)
             if i is None:
                 if churned:
                     raise Clean("open:no-gid", "%s has no RoCE v2 GID for %s" % (dev, addr),
