@@ -107,11 +107,19 @@ counters! {
     rx_malformed,
     /// Packets for a QP number that does not exist.
     rx_no_qp,
+    /// Received packets handled by the receive work item (the `bulk_rx_work` switch).
+    rx_work_pkts,
+    /// Received packets dropped because the receive work item already held its most (the peer
+    /// resends them, as after a loss).
+    rx_work_drops,
     /// Packets that could not be built or sent (for want of a route: `tx_no_route`).
     send_err,
     /// Packets dropped because no route to their destination was known yet (the work item
     /// looks it up; a connected QP resends, a datagram is lost as on any network).
     tx_no_route,
+    /// Packets not sent because their path's port is not ACTIVE (lost, as on the wire: a
+    /// connected QP resends them, over its new path after a migration).
+    tx_port_down,
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,

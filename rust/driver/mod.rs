@@ -23,4 +23,5 @@ pub mod pd;
 pub mod qp;
 pub mod receive;
 pub mod registry;
+pub mod rx_work;
 pub mod srq;

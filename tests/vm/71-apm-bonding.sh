@@ -4,8 +4,9 @@
 # primary path's port goes down, and re-arms when the port is back, so that programs that never
 # heard of APM survive link cuts. Proven with unmodified ibv_rc_pingpong (a cut of link 1, its
 # restoration and a cut of link 2, each longer than its whole retry budget: without the policy
-# the same cut stops it, which a control run shows) and with traffic.py, which checks every byte
-# and completion, through the same cuts; the counters show each QP migrating and re-arming.
+# the same cut stops it, which a control run shows), with rping (rdma_cm, every ping's data
+# checked) and with traffic.py, which checks every byte and completion, through the same cuts;
+# the counters show each QP migrating and re-arming.
 . "$(dirname "$0")/lib.sh"
 
 DIR=$(mktemp -d)
@@ -15,7 +16,7 @@ B=${DUT}1
 
 main() {
 	ktap_print_header
-	ktap_set_plan 12
+	ktap_set_plan 13
 	local t0 s0
 	t0=$(klog_mark "71-apm-bonding start")
 	dut_setup 2
@@ -23,12 +24,17 @@ main() {
 	check "apm_bonding is 0 by default on both devices" eval \
 		'[ "$(switch_of "$A")" = 0 ] && [ "$(switch_of "$B")" = 0 ]'
 	check "a value that is not a boolean is refused (EINVAL), the switch stays 0" bad_value
+	PP_N=$(pp_iters)
+	diag "ibv_rc_pingpong runs $PP_N iterations (calibrated to about 25 s)"
 	check "control, policy off: a ${CUT} s cut of link 1 stops ibv_rc_pingpong (retry exceeded)" \
 		pingpong_fails_across_a_cut
 	check "apm_bonding set to 1 on both devices" eval \
 		'set_switch "$A" 1 && set_switch "$B" 1 && [ "$(switch_of "$A")$(switch_of "$B")" = 11 ]'
 	check "ibv_rc_pingpong survives a cut of link 1, its restoration and a cut of link 2" \
 		pingpong_survives
+	diag "${SECONDS} s into the test"
+	check "rping -v -V (rdma_cm, every ping's data checked) runs on through the same cuts" \
+		rping_survives
 	diag "${SECONDS} s into the test"
 	s0=$(counters)
 	check "traffic.py (every op, 4 QP pairs, both ways) through the same cuts: every WR and byte right" \
@@ -93,18 +99,28 @@ cuts() {
 	wait_for "$RVRDMA_WAIT" port_is "$A" ACTIVE 2 >/dev/null
 }
 
-# pingpong N: ibv_rc_pingpong, server on B over link 1's addresses, N iterations of 4 KiB (about
-# 1.2 ms each under TCG), in the background; its PID in PP_PID, its output in $DIR/pp.txt.
+# pingpong N: ibv_rc_pingpong, server on B over link 1's addresses, N iterations of 4 KiB, in the
+# background; its PID in PP_PID, its output in $DIR/pp.txt.
 pingpong() {
 	PP_TIMEOUT=${PP_TIMEOUT:-$((240 * ${RVRDMA_TIME_SCALE:-1}))} pp_run ibv_rc_pingpong "$B" 10.77.0.2 "$A" 10.77.0.1 \
 		-n "$1" -s 4096 >"$DIR/pp.txt" 2>&1 &
 	PP_PID=$!
 }
 
+# pp_iters: iterations that keep ibv_rc_pingpong running for about 25 s on this machine (the cuts
+# take 10 to 15 s), from a short calibration run's usec/iter; guest speed varies several-fold.
+pp_iters() {
+	local usec
+	pingpong 300
+	wait "$PP_PID"
+	usec=$(sed -n 's/.* = \([0-9]*\)\.[0-9]* usec\/iter.*/\1/p' "$DIR/pp.txt" | tail -n 1)
+	echo $((25000000 / ${usec:-1000} + 1000))
+}
+
 pingpong_fails_across_a_cut() {
 	local rc=0
 	# The server waits for messages that never come once the client failed: its timeout ends it.
-	PP_TIMEOUT=$((20 * ${RVRDMA_TIME_SCALE:-1})) pingpong 20000
+	PP_TIMEOUT=$((20 * ${RVRDMA_TIME_SCALE:-1})) pingpong "$PP_N"
 	running || return 1
 	in_a ip link set veth0 down
 	sleep "$CUT"
@@ -118,12 +134,45 @@ pingpong_fails_across_a_cut() {
 
 pingpong_survives() {
 	local rc=0 cut=0
-	pingpong 20000
+	pingpong "$PP_N"
 	cuts "$PP_PID" || cut=1
 	wait "$PP_PID" || rc=$?
 	tail -3 "$DIR/pp.txt"
 	echo "ibv_rc_pingpong exit status $rc"
 	[ "$rc" -eq 0 ] && [ "$cut" -eq 0 ]
+}
+
+# rping_survives: rping's server on B, its client on A, pinging without end (-C 0; output
+# line-buffered, as it is killed) through the cuts and 2 s beyond; then both must still run,
+# every ping printed in sequence, none failed or mismatched (-V stops it on a mismatch), and
+# pings made after the last cut. rping uses rdma_cm, which reports a failed neighbour entry on
+# the cut link's netdev as UNREACHABLE to a connected cm_id: a packet sent into a port that is
+# down must not make one.
+rping_survives() {
+	local so=$DIR/rping-srv.txt co=$DIR/rping-cli.txt sp cp cut=0 alive=1 n0 n gap
+	# Not through in_a/in_b (a function, run in a subshell): the kill below must reach timeout,
+	# which passes it on to rping.
+	ip netns exec "$NS_B" timeout 600 stdbuf -oL rping -s -a 10.77.0.2 -p 7471 -v -V -S 64 -C 0 >"$so" 2>&1 &
+	sp=$!
+	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN" >/dev/null
+	ip netns exec "$NS_A" timeout 600 stdbuf -oL rping -c -a 10.77.0.2 -p 7471 -v -V -S 64 -C 0 >"$co" 2>&1 &
+	cp=$!
+	cuts "$cp" || cut=1
+	n0=$(grep -c "ping data: " "$co")
+	sleep 2
+	kill -0 "$cp" 2>/dev/null && kill -0 "$sp" 2>/dev/null || alive=0
+	kill "$cp" "$sp" 2>/dev/null
+	wait "$cp" "$sp" 2>/dev/null
+	n=$(grep -c "ping data: " "$co")
+	# The numbers of the printed pings, each one more than the last, from 0.
+	gap=$(grep -o "ping data: rdma-ping-[0-9]*" "$co" | awk -F- '$3 != NR - 1 { print "line " NR ": " $0; exit }')
+	echo "client: $n pings ($((n - n0)) after the last cut), still running: $alive${gap:+; out of sequence at $gap}"
+	echo "tx_port_down: $A $(link_stat "$A" tx_port_down), $B $(link_stat "$B" tx_port_down)"
+	[ -n "$gap" ] && grep -n -m3 -A2 "ping data: " "$co" | head -6 | sed 's/^/client: /'
+	grep -v "ping data: " "$co" | head -5 | sed 's/^/client: /'
+	grep -v "ping data: " "$so" | head -5 | sed 's/^/server: /'
+	[ "$cut" -eq 0 ] && [ "$alive" -eq 1 ] && [ "$n" -gt "$n0" ] && [ -z "$gap" ] &&
+		! grep -v "ping data: " "$co" | grep -q .
 }
 
 traffic_survives() {

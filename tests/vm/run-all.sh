@@ -19,7 +19,7 @@ top=${RVRDMA_TOP:-$(cd "$here/../.." && pwd)}
 results=${RVRDMA_RESULTS:-/tmp/rvrdma-results}
 # Each test's timeout: kselftest's settings file (RVRDMA_TEST_TIMEOUT overrides it).
 per_test_timeout=${RVRDMA_TEST_TIMEOUT:-$(sed -n 's/^timeout=//p' "$here/settings" 2>/dev/null)}
-per_test_timeout=${per_test_timeout:-300}
+per_test_timeout=${per_test_timeout:-600}
 mkdir -p "$results"
 
 pass=0 fail=0 skip=0 xfail=0 n=0

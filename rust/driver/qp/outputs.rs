@@ -96,6 +96,10 @@ impl Outputs for QpOut<'_> {
             Counters::inc(&counters.send_err);
             return;
         };
+        if transmit::port_down(self.qp, path) {
+            Counters::inc(&counters.tx_port_down);
+            return;
+        }
         let (built, need_route) = transmit::build(
             self.qp,
             routes,

@@ -11,6 +11,7 @@ use super::{routes, QpShared};
 use crate::driver::counters::Counters;
 use crate::driver::dev_shared::DevShared;
 use crate::driver::mr_table::{OdpFault, QpMemory};
+use crate::ib::attrs::PortState;
 use crate::net::backlog;
 use crate::net::backlog::LastBatch;
 use crate::net::skb::{Skb, SkbQueue};
@@ -79,6 +80,17 @@ pub(super) fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
     usize::from(port)
         .checked_sub(1)
         .and_then(|i| qp.tunnels.get(i))
+}
+
+/// Whether `path` leaves through a port that is not ACTIVE: its packets are not built (lost, as
+/// on the wire). Handing one to IP anyway would make a fresh neighbour entry on a netdev that
+/// cannot answer ARP; when it fails, rdma_cm reports its `NETEVENT_NEIGH_UPDATE` as
+/// `RDMA_CM_EVENT_UNREACHABLE` to every connected cm_id on that netdev and destination
+/// (`cma_netevent_callback`), breaking connections a failover saved.
+pub(super) fn port_down(qp: &QpShared, path: &PathInfo) -> bool {
+    qp.dev
+        .port_netdev(path.port_num)
+        .is_some_and(|n| n.ib_port_state() != PortState::Active)
 }
 
 /// Builds the RoCEv2 packet of `headers` and `payload` (gathered from the QP's memory, or from

@@ -401,27 +401,111 @@ fn seed002_a_flapping_port_loses_nothing() {
     }
 }
 
+/// rping's two applications over a [`Bond`] (end 0 the client, end 1 the server): one receive
+/// posted at a time; per ping the client Sends, the server Reads the client's buffer and Sends,
+/// the client Sends again, the server Writes and Sends.
+struct Rping {
+    /// Client: pings done, and the step within the ping (0: waits "go ahead", 1: "done").
+    pings: u64,
+    cstep: u8,
+    /// Receives seen by each end.
+    seen: [usize; 2],
+    /// Server send completions seen.
+    sends_seen: usize,
+    /// Sends posted by each end.
+    posted: [u64; 2],
+}
+
+impl Rping {
+    const PINGS: u64 = 4;
+
+    /// A bond with the client's buffer filled and its first Send posted.
+    fn start() -> (Bond, Rping) {
+        let mut b = Bond::new(1);
+        b.pump();
+        let data: Vec<u8> = (0..64u8).collect();
+        fill(&b.d.e[0].mem, RMT, RMT_VA, &data);
+        b.send(0, 1);
+        let r = Rping {
+            pings: 0,
+            cstep: 0,
+            seen: [0; 2],
+            sends_seen: 0,
+            posted: [1, 0],
+        };
+        (b, r)
+    }
+
+    /// Both applications react to what completed; every completion must be a success.
+    fn react(&mut self, b: &mut Bond, what: &str) {
+        while self.seen[0] < b.d.e[0].out.recv_cqes.len() {
+            let st = b.d.e[0].out.recv_cqes[self.seen[0]].status;
+            assert_eq!(st, WcStatus::Success, "{what}");
+            self.seen[0] += 1;
+            b.d.post_recv(0, 64).expect("recv");
+            if self.cstep == 0 {
+                self.cstep = 1;
+            } else {
+                self.cstep = 0;
+                self.pings += 1;
+                if self.pings == Self::PINGS {
+                    continue;
+                }
+            }
+            b.send(0, 10 + self.seen[0] as u64);
+            self.posted[0] += 1;
+        }
+        while self.seen[1] < b.d.e[1].out.recv_cqes.len() {
+            let st = b.d.e[1].out.recv_cqes[self.seen[1]].status;
+            assert_eq!(st, WcStatus::Success, "{what}");
+            self.seen[1] += 1;
+            b.d.post_recv(1, 64).expect("recv");
+            let id = 1000 + self.seen[1] as u64;
+            if self.seen[1] % 2 == 1 {
+                b.d.post(1, read_wr(id, 64)).expect("read");
+            } else {
+                b.d.post(1, send_wr(id, SendOpcode::RdmaWrite, 64))
+                    .expect("write");
+            }
+        }
+        while self.sends_seen < b.d.e[1].out.send_cqes.len() {
+            let c = b.d.e[1].out.send_cqes[self.sends_seen];
+            assert_eq!(c.status, WcStatus::Success, "{what}: server WR {}", c.wr_id);
+            self.sends_seen += 1;
+            if (1000..2000).contains(&c.wr_id) {
+                b.send(1, 5000 + c.wr_id);
+                self.posted[1] += 1;
+            }
+        }
+    }
+
+    /// Every ping ended, each Send was received exactly once, every WR succeeded.
+    fn check(&self, b: &Bond, what: &str) {
+        assert_eq!(self.pings, Self::PINGS, "{what}: every ping ended");
+        assert_eq!(
+            self.seen[0] as u64, self.posted[1],
+            "{what}: client received each Send once"
+        );
+        assert_eq!(
+            self.seen[1] as u64, self.posted[0],
+            "{what}: server received each Send once"
+        );
+        for i in 0..2 {
+            assert!(b.d.e[i].sends_all(WcStatus::Success), "{what}: end {i}");
+        }
+    }
+}
+
 /// rping's exchange (one receive posted at a time; per ping the client Sends, the server Reads
 /// the client's buffer and Sends, the client Sends again, the server Writes and Sends), with
 /// link 0 cut after each possible number of packets, restored later, then link 1 cut: every
 /// message is received exactly once, every WR completes successfully, every ping ends.
 #[test]
 fn seed002_rping_exchange_survives_cuts_anywhere() {
-    const PINGS: u64 = 4;
     for cut in 1..80 {
-        let mut b = Bond::new(1);
-        b.pump();
-        let data: Vec<u8> = (0..64u8).collect();
-        fill(&b.d.e[0].mem, RMT, RMT_VA, &data);
-        // Client: pings done, step within the ping (0: waits "go ahead", 1: waits "done").
-        let (mut pings, mut cstep) = (0u64, 0);
-        // Server: receives seen, and the Read/Write whose completion it waits for.
-        let mut seen = [0usize; 2];
-        let mut sends_seen = 0usize;
-        let mut posted = [0u64; 2]; // Sends posted by each end
+        let (mut b, mut r) = Rping::start();
+        let what = format!("cut {cut}");
         let mut steps = 0;
-        b.send(0, 1);
-        posted[0] += 1;
         for _round in 0..10_000 {
             let mut moved = 0;
             for i in 0..2 {
@@ -439,63 +523,115 @@ fn seed002_rping_exchange_survives_cuts_anywhere() {
                 }
             }
             // The applications react to what completed.
-            while seen[0] < b.d.e[0].out.recv_cqes.len() {
-                assert_eq!(b.d.e[0].out.recv_cqes[seen[0]].status, WcStatus::Success);
-                seen[0] += 1;
-                b.d.post_recv(0, 64).expect("recv");
-                if cstep == 0 {
-                    cstep = 1;
-                    b.send(0, 10 + seen[0] as u64);
-                    posted[0] += 1;
-                } else {
-                    cstep = 0;
-                    pings += 1;
-                    if pings < PINGS {
-                        b.send(0, 10 + seen[0] as u64);
-                        posted[0] += 1;
-                    }
-                }
-            }
-            while seen[1] < b.d.e[1].out.recv_cqes.len() {
-                assert_eq!(b.d.e[1].out.recv_cqes[seen[1]].status, WcStatus::Success);
-                seen[1] += 1;
-                b.d.post_recv(1, 64).expect("recv");
-                let id = 1000 + seen[1] as u64;
-                if seen[1] % 2 == 1 {
-                    b.d.post(1, read_wr(id, 64)).expect("read");
-                } else {
-                    b.d.post(1, send_wr(id, SendOpcode::RdmaWrite, 64))
-                        .expect("write");
-                }
-            }
-            while sends_seen < b.d.e[1].out.send_cqes.len() {
-                let c = b.d.e[1].out.send_cqes[sends_seen];
-                assert_eq!(
-                    c.status,
-                    WcStatus::Success,
-                    "cut {cut}: server WR {}",
-                    c.wr_id
-                );
-                sends_seen += 1;
-                if (1000..2000).contains(&c.wr_id) {
-                    b.send(1, 5000 + c.wr_id);
-                    posted[1] += 1;
-                }
-            }
+            r.react(&mut b, &what);
             if moved == 0 && !b.fire_retransmits() {
                 break;
             }
         }
-        assert_eq!(pings, PINGS, "cut {cut}: every ping ended");
-        assert_eq!(
-            seen[0] as u64, posted[1],
-            "cut {cut}: client received each Send once"
-        );
-        assert_eq!(
-            seen[1] as u64, posted[0],
-            "cut {cut}: server received each Send once"
-        );
-        assert!(b.d.e[0].sends_all(WcStatus::Success), "cut {cut}");
+        r.check(&b, &what);
+    }
+}
+
+/// How the kernel can move packets around a link cut that the plain cut above does not: each
+/// end hears of the cut some packets after it happened (`lag`: its port event comes after the
+/// fact, the peer's often later still), and what an end sends over the dead port meanwhile is
+/// not lost but held (the IP layer queues them on the fresh neighbour entry it resolves for a
+/// route whose entry the cut flushed, and sends them once ARP answers) and delivered, in order,
+/// over the old path once the link is back: before either end hears of the restoration, or
+/// just after both re-armed.
+struct LateCut {
+    /// Packets after which link 0 goes down.
+    cut: usize,
+    /// Packets after the cut each end hears of it.
+    lag: [usize; 2],
+    /// The held packets arrive after both ends heard of the restoration (else before).
+    release_after_restore: bool,
+}
+
+/// rping's exchange (see `seed002_rping_exchange_survives_cuts_anywhere`) through a cut of
+/// link 0 as `c` describes, its restoration 30 packets later and a cut of link 1 30 packets
+/// after that. Panics unless every message is received exactly once and every WR succeeds.
+fn rping_through_late_cut(c: &LateCut) {
+    let (mut b, mut r) = Rping::start();
+    let mut steps = 0;
+    // Packets sent over link 0 while it is down: (to, headers, payload).
+    let mut held: Vec<(usize, Headers, Vec<u8>)> = Vec::new();
+    let mut released = false;
+    let what = format!(
+        "cut {} lag {:?} release {}",
+        c.cut,
+        c.lag,
+        if c.release_after_restore {
+            "after"
+        } else {
+            "before"
+        }
+    );
+    for _round in 0..10_000 {
+        let mut moved = 0;
+        for i in 0..2 {
+            b.d.progress(i);
+            for (h, p, port) in b.d.take(i) {
+                steps += 1;
+                if steps == c.cut {
+                    b.up[0] = false;
+                }
+                for e in 0..2 {
+                    if steps == c.cut + c.lag[e] {
+                        b.ports_of(e);
+                    }
+                }
+                if steps == c.cut + 30 {
+                    if !c.release_after_restore {
+                        for (to, hh, pp) in held.drain(..) {
+                            b.up[0] = true;
+                            b.deliver(to, &hh, &pp, 1);
+                            b.up[0] = false;
+                        }
+                    }
+                    b.link(0, true);
+                    if c.release_after_restore {
+                        for (to, hh, pp) in held.drain(..) {
+                            b.deliver(to, &hh, &pp, 1);
+                        }
+                    }
+                    released = true;
+                }
+                if steps == c.cut + 60 {
+                    b.link(1, false);
+                }
+                if port == 1 && !b.up[0] && !released {
+                    held.push((1 - i, h, p));
+                } else {
+                    b.deliver(1 - i, &h, &p, port);
+                }
+                moved += 1;
+            }
+        }
+        r.react(&mut b, &what);
+        if moved == 0 && !b.fire_retransmits() {
+            break;
+        }
+    }
+    r.check(&b, &what);
+}
+
+/// The rping exchange through cuts the ends hear of late, with what they sent over the dead
+/// port meanwhile delivered long after, over the old path: a stale request is a duplicate or
+/// off the primary path, a stale response answers nothing, so no message is received twice,
+/// none is lost and nothing fails.
+#[test]
+fn seed002_rping_exchange_survives_late_port_events_and_stale_old_path_packets() {
+    for cut in 1..80 {
+        for lag in [[0, 0], [0, 4], [2, 12], [6, 1]] {
+            for release_after_restore in [false, true] {
+                rping_through_late_cut(&LateCut {
+                    cut,
+                    lag,
+                    release_after_restore,
+                });
+            }
+        }
     }
 }
 
