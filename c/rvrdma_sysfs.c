@@ -46,26 +46,20 @@ static ssize_t rvr_switch_store(struct device *device, unsigned int sw, const ch
 	return ret ? ret : count;
 }
 
-/* The attribute `name` (dev_attr_`name`) of switch `sw`. */
-#define RVR_SWITCH_ATTR(name, sw)                                                          \
-	static ssize_t name##_show(struct device *device, struct device_attribute *attr,   \
-				   char *buf)                                              \
-	{                                                                                  \
-		return rvr_switch_show(device, sw, buf);                                   \
-	}                                                                                  \
-	static ssize_t name##_store(struct device *device, struct device_attribute *attr,  \
-				    const char *buf, size_t count)                         \
-	{                                                                                  \
-		return rvr_switch_store(device, sw, buf, count);                           \
-	}                                                                                  \
-	static DEVICE_ATTR_RW(name)
+static ssize_t apm_bonding_show(struct device *device, struct device_attribute *attr, char *buf)
+{
+	return rvr_switch_show(device, RVR_SWITCH_APM_BONDING, buf);
+}
 
-RVR_SWITCH_ATTR(apm_bonding, RVR_SWITCH_APM_BONDING);
-RVR_SWITCH_ATTR(bulk_rx_work, RVR_SWITCH_BULK_RX_WORK);
+static ssize_t apm_bonding_store(struct device *device, struct device_attribute *attr,
+				 const char *buf, size_t count)
+{
+	return rvr_switch_store(device, RVR_SWITCH_APM_BONDING, buf, count);
+}
+static DEVICE_ATTR_RW(apm_bonding);
 
 static struct attribute *rvr_dev_attrs[] = {
 	&dev_attr_apm_bonding.attr,
-	&dev_attr_bulk_rx_work.attr,
 	NULL,
 };
 

@@ -107,11 +107,6 @@ counters! {
     rx_malformed,
     /// Packets for a QP number that does not exist.
     rx_no_qp,
-    /// Received packets handled by the receive work item (the `bulk_rx_work` switch).
-    rx_work_pkts,
-    /// Received packets dropped because the receive work item already held its most (the peer
-    /// resends them, as after a loss).
-    rx_work_drops,
     /// Packets that could not be built or sent (for want of a route: `tx_no_route`).
     send_err,
     /// Packets dropped because no route to their destination was known yet (the work item

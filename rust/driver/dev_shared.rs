@@ -8,14 +8,13 @@ use super::counters::Counters;
 use super::mcast::McastTable;
 use super::mr_table::MrTable;
 use super::qp::QpShared;
-use super::rx_work::RxWork;
 use crate::ib::attrs::PortState;
 use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::udp_tunnel;
 use crate::rvcore::apm::PathInfo;
 use crate::sync::irq_spinlock::IrqSpinLock;
 use core::sync::atomic::{AtomicBool, Ordering};
-use kernel::{prelude::*, sync::Arc, workqueue::Work};
+use kernel::{prelude::*, sync::Arc};
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
 pub const FIRST_QPN: u32 = 16;
@@ -56,16 +55,6 @@ pub struct DevShared {
     pub limits: super::limits::Limits,
     /// The `apm_bonding` switch (docs/apm-bonding.md).
     apm_bonding: AtomicBool,
-    /// Bulk packets waiting for the receive work item ([`super::rx_work`]).
-    #[pin]
-    rx_work_state: RxWork,
-    /// The receive work item (runs [`super::rx_work`]'s loop).
-    #[pin]
-    rx_work: Work<DevShared>,
-}
-
-kernel::impl_has_work! {
-    impl HasWork<Self> for DevShared { self.rx_work }
 }
 
 /// Most user AHs per device.
@@ -134,16 +123,9 @@ impl DevShared {
                 mcast <- McastTable::new(),
                 limits: super::limits::Limits::default(),
                 apm_bonding: AtomicBool::new(false),
-                rx_work_state <- RxWork::new(),
-                rx_work <- kernel::new_work!("rvrdma_rx"),
             }),
             GFP_KERNEL,
         )
-    }
-
-    /// The receive work item's queue.
-    pub(super) fn rx_work_state(&self) -> &RxWork {
-        &self.rx_work_state
     }
 
     /// The net device of port `port` (1-based).
@@ -323,7 +305,5 @@ impl DevShared {
         udp_tunnel::unlisten(&**self);
         // Packets are handled inside the UDP layer's RCU read-side section.
         crate::sync::rcu::synchronize();
-        // No packet can be handed to the receive work item any more.
-        self.rx_work_drain();
     }
 }

@@ -260,17 +260,12 @@ impl IbDriver for RvrDevice {
     fn switch(dev: &Device<Self>, sw: Switch) -> bool {
         match sw {
             Switch::ApmBonding => dev.data().shared.apm_bonding(),
-            Switch::BulkRxWork => dev.data().shared.bulk_rx_work(),
         }
     }
 
     fn set_switch(dev: &Device<Self>, sw: Switch, on: bool) -> Result {
         match sw {
             Switch::ApmBonding => dev.data().shared.set_apm_bonding(on),
-            Switch::BulkRxWork => {
-                dev.data().shared.set_bulk_rx_work(on);
-                Ok(())
-            }
         }
     }
 }

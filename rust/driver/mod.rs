@@ -23,5 +23,4 @@ pub mod pd;
 pub mod qp;
 pub mod receive;
 pub mod registry;
-pub mod rx_work;
 pub mod srq;

@@ -2,25 +2,14 @@
 
 //! The receive path. Each device's [`DevShared`] is an [`RxListener`] of the UDP tunnel: the
 //! tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to the device whose port netdev it
-//! arrived on. [`packet`] handles it: parse the IP and UDP headers, check the ICRC, decode the
-//! transport headers, find the QP and run the protocol core under the QP lock. Anything
-//! malformed is counted and dropped: a remote peer can only make us drop packets.
-//!
-//! Where it runs: a packet is handled right there in the softirq, with no work-item hop, unless
-//! it is bulk (at least [`BULK_RX_MIN`] bytes) and part of a stream (the CPU's receive backlog
-//! holds at least [`BULK_RX_DEPTH`] packets): that goes to the device's receive work item on the
-//! unbound workqueue, so that another CPU shares the work. A veth hands each packet to the
-//! backlog of the CPU that sent it, and handling both ends of a stream on one CPU halves the
-//! bandwidth; a lone message (a ping-pong, a latency test) would only pay for the hop. While the work item holds packets, every packet of
-//! the device queues behind them, so packets are handled in the order they arrived. The work
-//! item handles them with bottom halves disabled, as the softirq would (same locking, and an
-//! RCU read-side section for QP destroy's grace period). The hand-off happens only with the
-//! device's `bulk_rx_work` switch on (off by default: docs/benchmarks.md).
+//! arrived on, which handles it right there, as rdma_rxe does (no work-item hop per packet,
+//! which costs latency): parse the IP and UDP headers, check the ICRC, decode the transport
+//! headers, find the QP and run the protocol core under the QP lock. Anything malformed is
+//! counted and dropped: a remote peer can only make us drop packets.
 
 use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
-use crate::net::backlog;
 use crate::net::roce::{RoceRxError, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
@@ -40,24 +29,13 @@ pub fn rx_listen(dev: &Arc<DevShared>) -> Result {
     udp_tunnel::listen(dev.clone())
 }
 
-/// Received packets of at least this many bytes (UDP header included) may go to the receive
-/// work item when the `bulk_rx_work` switch is on (module docs).
-pub const BULK_RX_MIN: usize = 512;
-/// Bulk packets go to the receive work item only while the receive backlog of the CPU holds at
-/// least this many packets (module docs).
-pub const BULK_RX_DEPTH: u32 = 16;
-
 impl RxListener for DevShared {
     fn accepts(&self, skb: &Skb) -> bool {
         self.ports.iter().any(|p| skb.arrived_for(p))
     }
 
-    fn receive(self: Arc<Self>, skb: Skb) {
-        let bulk =
-            self.bulk_rx_work() && skb.len() >= BULK_RX_MIN && backlog::depth() >= BULK_RX_DEPTH;
-        if let Some(skb) = self.rx_defer(skb, bulk) {
-            packet(&self, skb);
-        }
+    fn receive(&self, skb: Skb) {
+        packet(self, skb);
     }
 }
 

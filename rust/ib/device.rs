@@ -47,9 +47,6 @@ pub trait IbDriver: Send + Sync + Sized + 'static {
 pub enum Switch {
     /// `apm_bonding`: automatic alternate paths, failover and re-arm (seed 002).
     ApmBonding,
-    /// `bulk_rx_work`: bulk received packets are handled on a work item (another CPU), not in
-    /// the softirq that received them.
-    BulkRxWork,
 }
 
 impl Switch {
@@ -57,7 +54,6 @@ impl Switch {
     fn from_raw(raw: u32) -> Option<Self> {
         match raw {
             b::RVR_SWITCH_APM_BONDING => Some(Self::ApmBonding),
-            b::RVR_SWITCH_BULK_RX_WORK => Some(Self::BulkRxWork),
             _ => None,
         }
     }

@@ -99,17 +99,3 @@ pub fn send_in_order(
     unsafe { b::rvr_local_bh_enable() };
     res
 }
-
-/// How many packets this CPU's receive backlog holds that its current run has not finished:
-/// those waiting, plus those the run already handled (the kernel counts them off when the run
-/// ends). Deep while a stream arrives, shallow for a lone message. 0 without `CONFIG_RPS`.
-///
-/// Softirq context (the CPU cannot change under the caller).
-pub fn depth() -> u32 {
-    // SAFETY: in softirq context the task stays on this CPU; the helpers only read per-CPU
-    // counters of a possible CPU.
-    unsafe {
-        let cpu = b::rvr_this_cpu();
-        b::rvr_backlog_tail(cpu).wrapping_sub(b::rvr_backlog_head(cpu))
-    }
-}

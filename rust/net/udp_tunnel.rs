@@ -203,9 +203,9 @@ fn hook_from_ptr(p: *mut ()) -> Option<RxHook> {
 pub trait RxListener: Send + Sync {
     /// Whether `skb` arrived on one of the listener's net devices.
     fn accepts(&self, skb: &Skb) -> bool;
-    /// Handles a packet [`accepts`](RxListener::accepts) took (or queues it for later, hence the
-    /// reference): softirq context, RCU read side; must not sleep.
-    fn receive(self: Arc<Self>, skb: Skb);
+    /// Handles a packet [`accepts`](RxListener::accepts) took: softirq context, RCU read side;
+    /// must not sleep.
+    fn receive(&self, skb: Skb);
 }
 
 /// The lock class of `LISTENERS`.

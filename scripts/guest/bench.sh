@@ -11,14 +11,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=1000 rps=0 work=0 only=
-while getopts s:n:rxl: o; do
+size=65536 bw_iters=2000 lat_iters=1000 rps=0 only=
+while getopts s:n:rl: o; do
 	case $o in
 	l) only=$OPTARG ;;
 	s) size=$OPTARG ;;
 	n) bw_iters=$OPTARG lat_iters=$OPTARG ;;
 	r) rps=1 ;;
-	x) work=1 ;;
 	*) exit 2 ;;
 	esac
 done
@@ -49,22 +48,14 @@ if [ -n "$only" ]; then
 fi
 declare -A res retries mem
 
-# run_set TYPE DEV0 DEV1 [LABEL]: every line between DEV1 (server, rvB) and DEV0 (client, rvA),
-# recorded under LABEL (default TYPE). rvrdma runs with its bulk_rx_work switch at 0 (the
-# default), or at 1 under LABEL "work".
+# run_set TYPE DEV0 DEV1: every line between DEV1 (server, rvB) and DEV0 (client, rvA).
 run_set() {
-	local type=$1 d0=$2 d1=$3 label=${4:-$1} l name spec tool out v r0 r1
+	local type=$1 d0=$2 d1=$3 l name spec tool out v r0 r1
 	local -a args words
 	topo_setup 1 >/dev/null
 	if ! { link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type"; }; then
 		echo "link add: $LINK_OUT" >&2
 		return 1
-	fi
-	if [ "$type" = rvrdma ]; then
-		local sw=0
-		[ "$label" = work ] && sw=1
-		echo "$sw" >"/sys/class/infiniband/$d0/bulk_rx_work" &&
-			echo "$sw" >"/sys/class/infiniband/$d1/bulk_rx_work" || return 1
 	fi
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null
 	if [ "$rps" = 1 ]; then
@@ -90,12 +81,12 @@ run_set() {
 		else
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $5; exit }' <<<"$out")
 		fi
-		res[$label,$name]=${v:-fail}
-		retries[$label,$name]=$((r1 - r0))
-		echo "# $label $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))" >&2
+		res[$type,$name]=${v:-fail}
+		retries[$type,$name]=$((r1 - r0))
+		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))" >&2
 	done
-	mem[$label]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
-	echo "# $label: $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
+	mem[$type]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
+	echo "# $type: $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
 		grep -E 'retrans|retry|dup' | tr '\t\n' '= ')" >&2
 	topo_cleanup
 }
@@ -129,7 +120,6 @@ PYEOF
 
 dut_load >/dev/null
 run_set rvrdma rvr0 rvr1
-[ "$work" = 1 ] && run_set rvrdma rvr0 rvr1 work
 run_set rxe rxe0 rxe1
 cpy=$(memcpy_mbs)
 
@@ -144,32 +134,23 @@ ratio() {
 	fi
 }
 
-printf '\n%-18s %-6s %12s %12s %8s %10s' test unit rvrdma rxe ratio retries
-[ "$work" = 1 ] && printf ' %12s %8s' "rvr work" "work/off"
-echo
+printf '\n%-18s %-6s %12s %12s %8s %10s\n' test unit rvrdma rxe ratio retries
 for l in "${lines[@]}"; do
 	name=${l%%|*} spec=${l#*|}
 	read -r tool _ <<<"$spec"
 	a=${res[rvrdma,$name]} b=${res[rxe,$name]}
 	if [[ $tool == *_bw ]]; then unit=MB/s; else unit=usec; fi
 	r=$(ratio "$a" "$b" "$unit")
-	printf '%-18s %-6s %12s %12s %8s %10s' "$name" "$unit" "$a" "$b" "$r" \
+	printf '%-18s %-6s %12s %12s %8s %10s\n' "$name" "$unit" "$a" "$b" "$r" \
 		"${retries[rvrdma,$name]}/${retries[rxe,$name]}"
-	if [ "$work" = 1 ]; then
-		c=${res[work,$name]}
-		printf ' %12s %8s' "$c" "$(ratio "$c" "$a" "$unit")"
-	fi
-	echo
 done
-for t in rvrdma rxe $([ "$work" = 1 ] && echo work); do
+for t in rvrdma rxe; do
 	a=${res[$t,write_bw 4K q1]:-} b=${res[$t,write_bw 4K q1024]:-}
 	if [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]]; then
 		echo "scale, $t: 1,024 QPs reach $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f%%", 100 * b / a }') of one QP's write bandwidth (4 KiB)"
 	fi
 done
 echo "memory per RC QP (128/128 WRs): rvrdma ${mem[rvrdma]} KiB, rdma_rxe ${mem[rxe]} KiB"
-[ "$work" = 1 ] && echo "(rvr work: rvrdma with bulk_rx_work=1, a stream's bulk packets handled by a" \
-	"work item; work/off: it against the default, > 1 when the work item is better)"
 echo "guest memcpy ${cpy} MB/s; the soft-RoCE limit (memcpy / 2) $((cpy / 2)) MB/s: rvrdma's" \
 	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
 		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c }') of it"

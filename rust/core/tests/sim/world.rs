@@ -79,6 +79,12 @@ pub struct Config {
     pub bottleneck: Option<Bottleneck>,
     /// Local ACK Timeout exponent of both QPs.
     pub timeout: u8,
+    /// Both QPs take their receive WQEs from an SRQ, as the driver does: a request that needs
+    /// one when the QP holds none takes the oldest one posted to the SRQ first.
+    pub srq: bool,
+    /// Node 0's initial ACK never reaches node 1 (node 1 was not yet in RTR when it came), so
+    /// node 1's requester starts without knowing node 0's credits.
+    pub lose_initial_ack: bool,
     pub trace: bool,
 }
 
@@ -166,6 +172,8 @@ impl Config {
             max_rd_atomic: 1 + r.below(4) as u8,
             bottleneck: None,
             timeout: 8, // ~1 ms
+            srq: false,
+            lose_initial_ack: false,
             trace: false,
         }
     }
@@ -244,6 +252,8 @@ pub struct Node {
     pub recv_checked: usize,
     pub send_checked: usize,
     pub paths: [PathInfo; 2],
+    /// Receive WRs posted to the node's SRQ and not yet taken by its QP (`Config::srq`).
+    pub srq: std::collections::VecDeque<RecvWr>,
 }
 
 /// An independent model of the requester's end-to-end credit obligations (seed 003), fed from
@@ -397,10 +407,10 @@ impl Sim {
                         QpType::Rc
                     },
                     qpn: 0x11 + i as u32,
-                    srq: false,
+                    srq: cfg.srq,
                 },
                 vec![SendSlot::default(); cfg.sq_depth],
-                vec![RecvSlot::default(); cfg.rq_depth],
+                vec![RecvSlot::default(); if cfg.srq { 4 } else { cfg.rq_depth }],
             )
             .expect("RC QP");
             Node {
@@ -415,6 +425,7 @@ impl Sim {
                 recv_checked: 0,
                 send_checked: 0,
                 paths: [path(i, 0), path(i, 1)],
+                srq: std::collections::VecDeque::new(),
             }
         };
         let n0 = mk_node(0, &mut rng);
@@ -707,6 +718,9 @@ impl Sim {
                 m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
             }
             n.qp.modify(0, &a, m, &mut n.out).expect("to RTR");
+            if i == 0 && self.cfg.lose_initial_ack {
+                n.out.tx.clear();
+            }
             a.qp_state = QpState::Rts;
             a.timeout = self.cfg.timeout;
             a.retry_cnt = if armed || self.cfg.scenario == Scenario::PathDeathUnarmed {
@@ -750,7 +764,11 @@ impl Sim {
             wr_id: 1_000_000 + k as u64,
             sg: sg(va, len, KEY_RECV, &mut r),
         };
-        if n.qp.post_recv(&wr, &mut n.out).is_ok() {
+        if n.qp.rq_logic().config().srq {
+            n.srq.push_back(wr);
+            n.recv_regions.push((va, len));
+            n.recv_posted += 1;
+        } else if n.qp.post_recv(&wr, &mut n.out).is_ok() {
             n.recv_regions.push((va, len));
             n.recv_posted += 1;
         }
@@ -930,6 +948,15 @@ impl Sim {
                         self.credit_rx(to, &h);
                         let now = self.now;
                         let n = &mut self.nodes[to];
+                        // The driver's SRQ: a WQE is taken only when a message needs one.
+                        if self.cfg.srq
+                            && h.info().needs_rq_wqe
+                            && n.qp.rq_logic().outstanding() == 0
+                        {
+                            if let Some(wr) = n.srq.pop_front() {
+                                let _ = n.qp.post_recv(&wr, &mut n.out);
+                            }
+                        }
                         n.qp.receive(now, &h, payload, &pm, &mut n.mem, &mut n.out);
                     }
                     Err(e) => return Err(format!("undecodable packet {e:?}")),

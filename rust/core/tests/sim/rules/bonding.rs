@@ -479,6 +479,32 @@ impl Rping {
         }
     }
 
+    /// Runs the exchange to its end: `on_packet(bond, from, headers, payload, port)` carries
+    /// each packet sent (delivers, holds or drops it), then both applications react; the
+    /// retransmission timers fire whenever nothing moves. Then [`Rping::check`].
+    fn run(
+        &mut self,
+        b: &mut Bond,
+        what: &str,
+        mut on_packet: impl FnMut(&mut Bond, usize, Headers, Vec<u8>, u8),
+    ) {
+        for _round in 0..10_000 {
+            let mut moved = 0;
+            for i in 0..2 {
+                b.d.progress(i);
+                for (h, p, port) in b.d.take(i) {
+                    on_packet(b, i, h, p, port);
+                    moved += 1;
+                }
+            }
+            self.react(b, what);
+            if moved == 0 && !b.fire_retransmits() {
+                break;
+            }
+        }
+        self.check(b, what);
+    }
+
     /// Every ping ended, each Send was received exactly once, every WR succeeded.
     fn check(&self, b: &Bond, what: &str) {
         assert_eq!(self.pings, Self::PINGS, "{what}: every ping ended");
@@ -506,29 +532,16 @@ fn seed002_rping_exchange_survives_cuts_anywhere() {
         let (mut b, mut r) = Rping::start();
         let what = format!("cut {cut}");
         let mut steps = 0;
-        for _round in 0..10_000 {
-            let mut moved = 0;
-            for i in 0..2 {
-                b.d.progress(i);
-                for (h, p, port) in b.d.take(i) {
-                    steps += 1;
-                    match steps - cut {
-                        0 => b.link(0, false),
-                        30 => b.link(0, true),
-                        60 => b.link(1, false),
-                        _ => {}
-                    }
-                    b.deliver(1 - i, &h, &p, port);
-                    moved += 1;
-                }
+        r.run(&mut b, &what, |b, i, h, p, port| {
+            steps += 1;
+            match steps - cut {
+                0 => b.link(0, false),
+                30 => b.link(0, true),
+                60 => b.link(1, false),
+                _ => {}
             }
-            // The applications react to what completed.
-            r.react(&mut b, &what);
-            if moved == 0 && !b.fire_retransmits() {
-                break;
-            }
-        }
-        r.check(&b, &what);
+            b.deliver(1 - i, &h, &p, port);
+        });
     }
 }
 
@@ -567,53 +580,41 @@ fn rping_through_late_cut(c: &LateCut) {
             "before"
         }
     );
-    for _round in 0..10_000 {
-        let mut moved = 0;
-        for i in 0..2 {
-            b.d.progress(i);
-            for (h, p, port) in b.d.take(i) {
-                steps += 1;
-                if steps == c.cut {
-                    b.up[0] = false;
-                }
-                for e in 0..2 {
-                    if steps == c.cut + c.lag[e] {
-                        b.ports_of(e);
-                    }
-                }
-                if steps == c.cut + 30 {
-                    if !c.release_after_restore {
-                        for (to, hh, pp) in held.drain(..) {
-                            b.up[0] = true;
-                            b.deliver(to, &hh, &pp, 1);
-                            b.up[0] = false;
-                        }
-                    }
-                    b.link(0, true);
-                    if c.release_after_restore {
-                        for (to, hh, pp) in held.drain(..) {
-                            b.deliver(to, &hh, &pp, 1);
-                        }
-                    }
-                    released = true;
-                }
-                if steps == c.cut + 60 {
-                    b.link(1, false);
-                }
-                if port == 1 && !b.up[0] && !released {
-                    held.push((1 - i, h, p));
-                } else {
-                    b.deliver(1 - i, &h, &p, port);
-                }
-                moved += 1;
+    r.run(&mut b, &what, |b, i, h, p, port| {
+        steps += 1;
+        if steps == c.cut {
+            b.up[0] = false;
+        }
+        for e in 0..2 {
+            if steps == c.cut + c.lag[e] {
+                b.ports_of(e);
             }
         }
-        r.react(&mut b, &what);
-        if moved == 0 && !b.fire_retransmits() {
-            break;
+        if steps == c.cut + 30 {
+            if !c.release_after_restore {
+                for (to, hh, pp) in held.drain(..) {
+                    b.up[0] = true;
+                    b.deliver(to, &hh, &pp, 1);
+                    b.up[0] = false;
+                }
+            }
+            b.link(0, true);
+            if c.release_after_restore {
+                for (to, hh, pp) in held.drain(..) {
+                    b.deliver(to, &hh, &pp, 1);
+                }
+            }
+            released = true;
         }
-    }
-    r.check(&b, &what);
+        if steps == c.cut + 60 {
+            b.link(1, false);
+        }
+        if port == 1 && !b.up[0] && !released {
+            held.push((1 - i, h, p));
+        } else {
+            b.deliver(1 - i, &h, &p, port);
+        }
+    });
 }
 
 /// The rping exchange through cuts the ends hear of late, with what they sent over the dead
