@@ -203,6 +203,11 @@ struct dst_entry *rvr_dst_check(struct dst_entry *dst, u32 cookie)
 	return dst_check(dst, cookie);
 }
 
+bool rvr_dst_leaves_by(const struct dst_entry *dst, const struct net_device *dev)
+{
+	return dst_dev(dst) == dev;
+}
+
 u32 rvr_rt6_get_cookie(struct dst_entry *dst)
 {
 	return rt6_get_cookie(dst_rt6_info(dst));

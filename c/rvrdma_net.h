@@ -67,6 +67,8 @@ struct dst_entry *rvr_rtable_dst(struct rtable *rt);
 int rvr_dst_error(const struct dst_entry *dst);
 struct dst_entry *rvr_dst_clone(struct dst_entry *dst);
 struct dst_entry *rvr_dst_check(struct dst_entry *dst, u32 cookie);
+/* Whether packets on `dst` leave through `dev` (not, say, through lo to a local address). */
+bool rvr_dst_leaves_by(const struct dst_entry *dst, const struct net_device *dev);
 u32 rvr_rt6_get_cookie(struct dst_entry *dst);
 
 /* The receive backlog of a CPU (struct softnet_data): where it ends and how far it has been

@@ -135,6 +135,14 @@ impl Route {
         !unsafe { b::rvr_dst_check(self.dst.as_ptr(), self.cookie) }.is_null()
     }
 
+    /// Whether packets on this route leave through `dev` (a route to a local address leaves
+    /// through `lo` instead).
+    pub fn leaves_by(&self, dev: &NetDev) -> bool {
+        // SAFETY: we hold a reference on the dst (type invariant) and `dev` is live; the helper
+        // only compares the dst's device pointer.
+        unsafe { b::rvr_dst_leaves_by(self.dst.as_ptr(), dev.as_raw()) }
+    }
+
     /// Whether this is an IPv4 route.
     pub fn is_ipv4(&self) -> bool {
         self.ipv4

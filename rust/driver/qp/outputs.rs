@@ -96,7 +96,7 @@ impl Outputs for QpOut<'_> {
             Counters::inc(&counters.send_err);
             return;
         };
-        if transmit::port_down(self.qp, path) {
+        if transmit::port_down(self.qp, routes, path) {
             Counters::inc(&counters.tx_port_down);
             return;
         }

@@ -82,15 +82,18 @@ pub(super) fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
         .and_then(|i| qp.tunnels.get(i))
 }
 
-/// Whether `path` leaves through a port that is not ACTIVE: its packets are not built (lost, as
-/// on the wire). Handing one to IP anyway would make a fresh neighbour entry on a netdev that
-/// cannot answer ARP; when it fails, rdma_cm reports its `NETEVENT_NEIGH_UPDATE` as
+/// Whether `path` leaves through a port that is not ACTIVE (its stored route, if any, goes out
+/// through that port's netdev, not through `lo` to a local address): its packets are not built
+/// (lost, as on the wire). Handing one to IP anyway would make a fresh neighbour entry on a
+/// netdev that cannot answer ARP; when it fails, rdma_cm reports its `NETEVENT_NEIGH_UPDATE` as
 /// `RDMA_CM_EVENT_UNREACHABLE` to every connected cm_id on that netdev and destination
 /// (`cma_netevent_callback`), breaking connections a failover saved.
-pub(super) fn port_down(qp: &QpShared, path: &PathInfo) -> bool {
-    qp.dev
-        .port_netdev(path.port_num)
-        .is_some_and(|n| n.ib_port_state() != PortState::Active)
+pub(super) fn port_down(qp: &QpShared, routes: &routes::RouteCache, path: &PathInfo) -> bool {
+    let Some(ndev) = qp.dev.port_netdev(path.port_num) else {
+        return false;
+    };
+    ndev.ib_port_state() != PortState::Active
+        && routes::stored(routes, path).is_none_or(|r| r.leaves_by(ndev))
 }
 
 /// Builds the RoCEv2 packet of `headers` and `payload` (gathered from the QP's memory, or from
