@@ -269,6 +269,18 @@ where
         &self.rq
     }
 
+    /// Whether the inbound request `h` needs a receive WQE this QP does not hold: the shell of a
+    /// QP fed from an SRQ then hands one over before [`Qp::receive`]. False for a packet the QP
+    /// would drop (wrong QP, P_Key or state) or that starts no message (an RC duplicate or
+    /// out-of-sequence packet), so the SRQ's WQEs go only to messages that use them.
+    pub fn wants_srq_wqe(&self, h: &Headers) -> bool {
+        self.create.srq
+            && self.sm.rq_processes_inbound()
+            && (h.bth.dest_qp == self.create.qpn || self.takes_multicast(h.bth.dest_qp))
+            && pkey_matches(h.bth.pkey, self.attrs.pkey)
+            && self.rq.wants_wqe(h)
+    }
+
     /// Sets the MTU in bytes for QP types whose Modify QP carries no path MTU (UD: the port's
     /// active MTU). Values outside 256..=4096 are clamped.
     pub fn set_port_mtu(&mut self, bytes: u32) {

@@ -457,9 +457,9 @@ impl QpShared {
         out: &mut QpOut<'_>,
         now: u64,
     ) {
-        // With an SRQ the QP takes a WQE only when a message needs one.
+        // With an SRQ the QP takes a WQE only when a message it will process needs one.
         if let Some(srq) = self.srq.as_ref() {
-            if h.info().needs_rq_wqe && core.rq_logic().outstanding() == 0 {
+            if core.wants_srq_wqe(h) {
                 let (wr, fire) = srq.take();
                 if let Some(wr) = wr {
                     let _ = core.post_recv(&wr, out);

@@ -3,6 +3,7 @@
 
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::memory::{MemError, Memory};
+use crate::psn::{classify_request_psn, RequestPsnClass};
 use crate::wire::Headers;
 use crate::wqe::{RecvSlot, RecvWr};
 
@@ -61,6 +62,19 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     /// Number of receive WQEs posted and not completed.
     pub fn outstanding(&self) -> u64 {
         self.rq_tail.wrapping_sub(self.rq_head)
+    }
+
+    /// Whether the request `h` starts a message that takes a receive WQE while none is held:
+    /// the moment a QP fed from an SRQ takes one. An RC packet out of sequence or already seen
+    /// starts no message, and a frozen RQ takes nothing, so neither takes a WQE away from the
+    /// SRQ's other QPs.
+    pub fn wants_wqe(&self, h: &Headers) -> bool {
+        if !h.info().needs_rq_wqe || self.frozen || self.outstanding() != 0 {
+            return false;
+        }
+        self.cfg.ud
+            || self.cfg.uc
+            || classify_request_psn(h.bth.psn, self.epsn) == RequestPsnClass::Expected
     }
 
     /// Queues a receive WR (the Qp checked the state).

@@ -949,10 +949,7 @@ impl Sim {
                         let now = self.now;
                         let n = &mut self.nodes[to];
                         // The driver's SRQ: a WQE is taken only when a message needs one.
-                        if self.cfg.srq
-                            && h.info().needs_rq_wqe
-                            && n.qp.rq_logic().outstanding() == 0
-                        {
+                        if n.qp.wants_srq_wqe(&h) {
                             if let Some(wr) = n.srq.pop_front() {
                                 let _ = n.qp.post_recv(&wr, &mut n.out);
                             }

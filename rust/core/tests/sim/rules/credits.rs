@@ -580,3 +580,64 @@ fn seed003_local_operations_take_no_ssn() {
     assert_eq!(aeth_of(&acks.last().expect("ACK").0).msn, 1);
     assert_eq!(d.e[0].qp.counters().sq.credit_stalls, 0);
 }
+
+/// A QP fed from an SRQ takes a receive WQE only for a packet that starts a message it will
+/// process: the next Send or Write with Immediate in sequence. A duplicate, a packet out of
+/// sequence, one for another partition, a Write without Immediate or anything in Error would
+/// hold a WQE back from the SRQ's other QPs (or flush it).
+#[test]
+fn srq_wqe_taken_only_for_a_message_that_uses_it() {
+    let mut d = Duo::responder_with(Opts {
+        srq: [false, true],
+        ..Opts::default()
+    });
+    let send = req(Opcode::RcSendOnly, PSN_A);
+    assert!(d.e[1].qp.wants_srq_wqe(&send), "the next Send takes one");
+    let imm = req_reth(Opcode::RcRdmaWriteOnlyWithImmediate, PSN_A, RMT, RMT_VA, 0);
+    assert!(
+        d.e[1].qp.wants_srq_wqe(&imm),
+        "so does a Write with Immediate"
+    );
+    let write = req_reth(Opcode::RcRdmaWriteOnly, PSN_A, RMT, RMT_VA, 0);
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&write),
+        "a Write without Immediate needs none"
+    );
+    let dup = req(Opcode::RcSendOnly, PSN_A.wrapping_sub(1));
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&dup),
+        "a duplicate starts no message"
+    );
+    let ahead = req(Opcode::RcSendOnly, PSN_A + 3);
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&ahead),
+        "out of sequence: NAKed, not executed"
+    );
+    let mut foreign = send;
+    foreign.bth.pkey = 0x7001;
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&foreign),
+        "another partition is dropped"
+    );
+
+    // The Send itself, with the WQE the shell handed over: done; repeated, it is a duplicate.
+    d.post_recv(1, 64).expect("SRQ WQE handed to the QP");
+    d.deliver(1, &send, &[], 1);
+    assert_eq!(
+        d.e[1].qp.rq_logic().outstanding(),
+        0,
+        "the Send completed its WQE"
+    );
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&send),
+        "the same Send again is a duplicate"
+    );
+    let next = req(Opcode::RcSendOnly, PSN_A + 1);
+    assert!(d.e[1].qp.wants_srq_wqe(&next));
+
+    d.move_to(1, QpState::Error);
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&next),
+        "a QP in Error processes nothing"
+    );
+}
