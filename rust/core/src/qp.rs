@@ -276,7 +276,7 @@ where
     pub fn wants_srq_wqe(&self, h: &Headers) -> bool {
         self.create.srq
             && self.sm.rq_processes_inbound()
-            && (h.bth.dest_qp == self.create.qpn || self.takes_multicast(h.bth.dest_qp))
+            && self.addressed_here(h.bth.dest_qp)
             && pkey_matches(h.bth.pkey, self.attrs.pkey)
             && self.rq.wants_wqe(h)
     }
@@ -303,11 +303,12 @@ where
         a
     }
 
-    /// Whether a packet for `dest_qp` is a multicast this QP takes: only UD QPs other than
-    /// QP1 may be attached to multicast groups (IBA 10.8.3.2); the shell hands a multicast
-    /// packet only to the QPs attached to its group.
-    fn takes_multicast(&self, dest_qp: u32) -> bool {
-        dest_qp == crate::wire::bth::MULTICAST_QPN && self.create.qp_type == QpType::Ud
+    /// Whether a packet for `dest_qp` is this QP's: its own number, or a multicast it takes
+    /// (only UD QPs other than QP1 may be attached to multicast groups, IBA 10.8.3.2; the shell
+    /// hands a multicast packet only to the QPs attached to its group).
+    fn addressed_here(&self, dest_qp: u32) -> bool {
+        dest_qp == self.create.qpn
+            || (dest_qp == crate::wire::bth::MULTICAST_QPN && self.create.qp_type == QpType::Ud)
     }
 
     fn transport(&self) -> Transport {
@@ -728,7 +729,7 @@ where
         let info = h.info();
         let ok_hdr = h.is_consistent()
             && h.bth.tver == 0
-            && (h.bth.dest_qp == self.create.qpn || self.takes_multicast(h.bth.dest_qp))
+            && self.addressed_here(h.bth.dest_qp)
             && info.transport == self.transport()
             && (info.has_payload || payload.is_empty());
         if !self.admit(

@@ -4,7 +4,7 @@
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::memory::{MemError, Memory};
 use crate::psn::{classify_request_psn, RequestPsnClass};
-use crate::wire::Headers;
+use crate::wire::{Headers, Operation};
 use crate::wqe::{RecvSlot, RecvWr};
 
 use super::faults::Fault;
@@ -65,11 +65,14 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     /// Whether the request `h` starts a message that takes a receive WQE while none is held:
-    /// the moment a QP fed from an SRQ takes one. An RC packet out of sequence or already seen
-    /// starts no message, and a frozen RQ takes nothing, so neither takes a WQE away from the
-    /// SRQ's other QPs.
+    /// the moment a QP fed from an SRQ takes one. A Send's WQE is taken by its first packet (a
+    /// Middle or Last with none held is an opcode sequence error, which retires no WQE); an RC
+    /// packet out of sequence or already seen starts no message; a frozen RQ takes nothing.
+    /// None of these may take a WQE away from the SRQ's other QPs.
     pub fn wants_wqe(&self, h: &Headers) -> bool {
-        if !h.info().needs_rq_wqe || self.frozen || self.outstanding() != 0 {
+        let info = h.info();
+        let starts = info.operation != Operation::Send || info.position.starts_message();
+        if !info.needs_rq_wqe || !starts || self.frozen || self.outstanding() != 0 {
             return false;
         }
         self.cfg.ud

@@ -583,8 +583,8 @@ fn seed003_local_operations_take_no_ssn() {
 
 /// A QP fed from an SRQ takes a receive WQE only for a packet that starts a message it will
 /// process: the next Send or Write with Immediate in sequence. A duplicate, a packet out of
-/// sequence, one for another partition, a Write without Immediate or anything in Error would
-/// hold a WQE back from the SRQ's other QPs (or flush it).
+/// sequence, a Send Middle with no message begun, one for another partition, a Write without
+/// Immediate or anything in Error would hold a WQE back from the SRQ's other QPs (or flush it).
 #[test]
 fn srq_wqe_taken_only_for_a_message_that_uses_it() {
     let mut d = Duo::responder_with(Opts {
@@ -612,6 +612,11 @@ fn srq_wqe_taken_only_for_a_message_that_uses_it() {
     assert!(
         !d.e[1].qp.wants_srq_wqe(&ahead),
         "out of sequence: NAKed, not executed"
+    );
+    let middle = req(Opcode::RcSendMiddle, PSN_A);
+    assert!(
+        !d.e[1].qp.wants_srq_wqe(&middle),
+        "a Send Middle with no message begun is a sequence error, not a message"
     );
     let mut foreign = send;
     foreign.bth.pkey = 0x7001;
