@@ -96,6 +96,14 @@ void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst)
 	skb_dst_set(skb, dst);
 }
 
+/* A received skb kept past the receive path's RCU section: its route may be held without a
+ * reference (SKB_DST_NOREF), and its conntrack entry is of no use any more. */
+void rvr_skb_detach(struct sk_buff *skb)
+{
+	skb_dst_drop(skb);
+	nf_reset_ct(skb);
+}
+
 void rvr_skb_clear_ipcb(struct sk_buff *skb)
 {
 	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));

@@ -42,6 +42,7 @@ void rvr_skb_set_dev_proto(struct sk_buff *skb, struct net_device *ndev, __be16 
 void rvr_skb_clear_hash(struct sk_buff *skb);
 void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst);
 void rvr_skb_clear_ipcb(struct sk_buff *skb);
+void rvr_skb_detach(struct sk_buff *skb);
 
 /* skb queues */
 void rvr_skb_queue_head_init(struct sk_buff_head *q);

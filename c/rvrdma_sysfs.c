@@ -58,8 +58,21 @@ static ssize_t apm_bonding_store(struct device *device, struct device_attribute 
 }
 static DEVICE_ATTR_RW(apm_bonding);
 
+static ssize_t rx_spread_show(struct device *device, struct device_attribute *attr, char *buf)
+{
+	return rvr_switch_show(device, RVR_SWITCH_RX_SPREAD, buf);
+}
+
+static ssize_t rx_spread_store(struct device *device, struct device_attribute *attr,
+			       const char *buf, size_t count)
+{
+	return rvr_switch_store(device, RVR_SWITCH_RX_SPREAD, buf, count);
+}
+static DEVICE_ATTR_RW(rx_spread);
+
 static struct attribute *rvr_dev_attrs[] = {
 	&dev_attr_apm_bonding.attr,
+	&dev_attr_rx_spread.attr,
 	NULL,
 };
 

@@ -118,6 +118,12 @@ counters! {
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,
+    /// Received packets a stream put in their QP's receive queue, for another CPU
+    /// (`rx_spread`, see `qp::rx_queue`).
+    rx_queued_pkts,
+    /// Queued packets its work item handled (the others were drained by a packet or verb
+    /// that came after them).
+    rx_queue_worker_pkts,
     /// On-demand-paging ranges faulted in because a packet or WQE found them not resident.
     odp_faults,
     /// Packets dropped while their QP waited for on-demand-paging memory (too many kept, or no

@@ -13,7 +13,7 @@ use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::udp_tunnel;
 use crate::rvcore::apm::PathInfo;
 use crate::sync::irq_spinlock::IrqSpinLock;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kernel::{prelude::*, sync::Arc};
 
 /// The first QP number handed out (0 and 1 are the special QPs; rdma_rxe starts at 16 too).
@@ -55,7 +55,16 @@ pub struct DevShared {
     pub limits: super::limits::Limits,
     /// The `apm_bonding` switch (docs/apm-bonding.md).
     apm_bonding: AtomicBool,
+    /// The `rx_spread` switch: a stream's bulk packets go to their QP's receive queue, which
+    /// a work item drains on another CPU ([`super::qp`]).
+    rx_spread: AtomicBool,
+    /// Packets in the receive queues of all the device's QPs, against [`MAX_RX_QUEUED`].
+    pub(crate) rx_queued: AtomicUsize,
 }
+
+/// Most packets the receive queues of one device's QPs hold together: past it, packets are
+/// handled as they arrive, and their QPs' queues are drained first.
+pub const MAX_RX_QUEUED: usize = 1024;
 
 /// Most user AHs per device.
 pub const MAX_USER_AHS: usize = 4096;
@@ -123,6 +132,8 @@ impl DevShared {
                 mcast <- McastTable::new(),
                 limits: super::limits::Limits::default(),
                 apm_bonding: AtomicBool::new(false),
+                rx_spread: AtomicBool::new(true),
+                rx_queued: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
         )
@@ -259,6 +270,17 @@ impl DevShared {
     pub fn set_apm_bonding(&self, on: bool) -> Result {
         self.apm_bonding.store(on, Ordering::Relaxed);
         self.ports_changed()
+    }
+
+    /// Whether the `rx_spread` switch is on.
+    pub fn rx_spread(&self) -> bool {
+        self.rx_spread.load(Ordering::Relaxed)
+    }
+
+    /// Turns the `rx_spread` switch on or off; packets already queued are still handled in
+    /// order.
+    pub fn set_rx_spread(&self, on: bool) {
+        self.rx_spread.store(on, Ordering::Relaxed);
     }
 
     /// What the bonding policy needs to know of the ports: which of the two are ACTIVE, or

@@ -260,12 +260,17 @@ impl IbDriver for RvrDevice {
     fn switch(dev: &Device<Self>, sw: Switch) -> bool {
         match sw {
             Switch::ApmBonding => dev.data().shared.apm_bonding(),
+            Switch::RxSpread => dev.data().shared.rx_spread(),
         }
     }
 
     fn set_switch(dev: &Device<Self>, sw: Switch, on: bool) -> Result {
         match sw {
             Switch::ApmBonding => dev.data().shared.set_apm_bonding(on),
+            Switch::RxSpread => {
+                dev.data().shared.set_rx_spread(on);
+                Ok(())
+            }
         }
     }
 }

@@ -4,13 +4,16 @@
 //! tunnel's `encap_rcv` (softirq) hands every RoCEv2 packet to the device whose port netdev it
 //! arrived on, which handles it right there, as rdma_rxe does (no work-item hop per packet,
 //! which costs latency): parse the IP and UDP headers, check the ICRC, decode the transport
-//! headers, find the QP and run the protocol core under the QP lock. Anything malformed is
-//! counted and dropped: a remote peer can only make us drop packets.
+//! headers, find the QP and run the protocol core under the QP lock. Only a stream's bulk
+//! packets may go to their QP's receive queue instead, to be handled on another CPU, in order
+//! (`qp/rx_queue.rs`). Anything malformed is counted and dropped: a remote peer can only make
+//! us drop packets.
 
 use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
-use crate::net::roce::{RoceRxError, UDP_HLEN};
+use super::qp::QpShared;
+use crate::net::roce::{RoceRx, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
@@ -39,34 +42,72 @@ impl RxListener for DevShared {
     }
 }
 
-/// Processes one packet that arrived on a port of `dev` (softirq context).
-pub fn packet(dev: &DevShared, mut skb: Skb) {
-    let c = &dev.counters;
-    let Some(port) = dev
-        .ports
-        .iter()
-        .position(|p| skb.arrived_for(p))
-        .and_then(|i| u8::try_from(i + 1).ok())
-    else {
-        Counters::inc(&c.rx_malformed);
-        return;
-    };
-    let rx = match skb.parse_roce() {
-        Ok(rx) => rx,
-        Err(RoceRxError::BadIcrc) => {
+/// A received packet's headers, parsed; its ICRC is checked by [`Inbound::icrc_ok`].
+struct Inbound<'a> {
+    rx: RoceRx<'a>,
+    /// The port it arrived for (1-based).
+    port: u8,
+    /// Whether it arrived on the port's own netdev (not over a loopback device).
+    direct: bool,
+    decoded: Result<(Headers, &'a [u8]), DecodeError>,
+    /// The BTH of an opcode the decoder does not know.
+    raw: Option<RawBth>,
+    dest_qp: u32,
+}
+
+impl Inbound<'_> {
+    fn icrc_ok(&self, c: &Counters) -> bool {
+        let ok = self.rx.icrc_ok();
+        if !ok {
             Counters::inc(&c.icrc_errors);
-            return;
         }
-        Err(RoceRxError::Malformed(_) | RoceRxError::Skb(_)) => {
-            Counters::inc(&c.rx_malformed);
-            return;
+        ok
+    }
+
+    fn path_match(&self) -> PathMatch {
+        PathMatch {
+            port_num: self.port,
+            sgid: self.rx.src_gid,
+            dgid: self.rx.dst_gid,
+            net: NetHeader::from_ip_header(self.rx.ip_header).unwrap_or_default(),
         }
+    }
+
+    /// Bytes count whole IP packets, as `sent_bytes` and rdma_rxe count them.
+    fn ip_len(&self) -> usize {
+        self.rx.ip_header.len() + UDP_HLEN + self.rx.udp_payload.len()
+    }
+}
+
+/// Parses a packet's IP, UDP and transport headers, without the ICRC. With `direct_only`, only
+/// a packet that arrived on a port's netdev is taken (the check then needs no RCU read side).
+/// What is not for a port, or malformed, is counted and `None`.
+fn inbound<'a>(dev: &DevShared, skb: &'a mut Skb, direct_only: bool) -> Option<Inbound<'a>> {
+    let c = &dev.counters;
+    let on_port = |direct: bool| {
+        dev.ports.iter().position(|p| {
+            if direct {
+                skb.came_from(p)
+            } else {
+                skb.arrived_for(p)
+            }
+        })
     };
-    let pm = PathMatch {
-        port_num: port,
-        sgid: rx.src_gid,
-        dgid: rx.dst_gid,
-        net: NetHeader::from_ip_header(rx.ip_header).unwrap_or_default(),
+    let (i, direct) = match on_port(true) {
+        Some(i) => (i, true),
+        None if direct_only => (usize::MAX, false),
+        None => (on_port(false).unwrap_or(usize::MAX), false),
+    };
+    let Ok(port) = u8::try_from(i + 1) else {
+        Counters::inc(&c.rx_malformed);
+        return None;
+    };
+    let rx = match skb.parse_roce_headers() {
+        Ok(rx) => rx,
+        Err(_) => {
+            Counters::inc(&c.rx_malformed);
+            return None;
+        }
     };
     let decoded = Headers::decode_with_payload(rx.udp_payload);
     // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
@@ -79,25 +120,94 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
         (Ok((h, _)), _) => h.bth.dest_qp,
         (Err(_), Some(b)) => b.dest_qp,
         (Err(_), None) => {
-            Counters::inc(&c.rx_malformed);
-            return;
+            // A corrupted packet counts as what it most likely is.
+            if rx.icrc_ok() {
+                Counters::inc(&c.rx_malformed);
+            } else {
+                Counters::inc(&c.icrc_errors);
+            }
+            return None;
         }
     };
-    // Bytes count whole IP packets, as `sent_bytes` and rdma_rxe count them.
-    let ip_len = rx.ip_header.len() + UDP_HLEN + rx.udp_payload.len();
-    if dest_qp == MULTICAST_QPN {
-        multicast(dev, port, &rx.dst_gid, decoded, &pm, ip_len);
+    Some(Inbound {
+        rx,
+        port,
+        direct,
+        decoded,
+        raw,
+        dest_qp,
+    })
+}
+
+/// Processes one packet that arrived on a port of `dev` (softirq context). A bulk packet of a
+/// stream may go to its QP's receive queue instead, ICRC unchecked: the queue's work item
+/// checks it before anything acts on it ([`queued`]).
+pub fn packet(dev: &DevShared, mut skb: Skb) {
+    let queue_to = {
+        let Some(p) = inbound(dev, &mut skb, false) else {
+            return;
+        };
+        let qp = match p.dest_qp {
+            MULTICAST_QPN => None,
+            qpn => dev.qp(qpn, p.port),
+        };
+        match (qp, &p.decoded) {
+            (Some(qp), Ok((_, payload))) if p.direct && qp.queues_rx(payload.len()) => Some(qp),
+            (qp, _) => {
+                deliver(dev, p, qp);
+                None
+            }
+        }
+    };
+    if let Some(qp) = queue_to {
+        qp.queue_rx(skb);
+    }
+}
+
+/// Handles a packet at once: checks its ICRC and hands it to its QP (or multicast group).
+fn deliver(dev: &DevShared, p: Inbound<'_>, qp: Option<Arc<QpShared>>) {
+    let c = &dev.counters;
+    if !p.icrc_ok(c) {
         return;
     }
-    let Some(qp) = dev.qp(dest_qp, port) else {
+    let pm = p.path_match();
+    let ip_len = p.ip_len();
+    if p.dest_qp == MULTICAST_QPN {
+        multicast(dev, p.port, &p.rx.dst_gid, p.decoded, &pm, ip_len);
+        return;
+    }
+    let Some(qp) = qp else {
         Counters::inc(&c.rx_no_qp);
         return;
     };
     count_rcvd(c, ip_len);
-    match (decoded, raw) {
+    match (p.decoded, p.raw) {
         (Ok((h, payload)), _) => qp.receive(&h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
         (Err(_), None) => {}
+    }
+}
+
+/// A packet taken from a QP's receive queue, for that QP: parsed again and its ICRC checked
+/// (only a packet whose headers decoded, and that arrived on a port's netdev, is queued).
+/// `None` when it is to be dropped (counted). Any context.
+pub(crate) fn queued<'a>(
+    dev: &DevShared,
+    skb: &'a mut Skb,
+) -> Option<(Headers, &'a [u8], PathMatch)> {
+    let c = &dev.counters;
+    let p = inbound(dev, skb, true)?;
+    if !p.icrc_ok(c) {
+        return None;
+    }
+    let pm = p.path_match();
+    count_rcvd(c, p.ip_len());
+    match p.decoded {
+        Ok((h, payload)) => Some((h, payload, pm)),
+        Err(_) => {
+            Counters::inc(&c.rx_malformed);
+            None
+        }
     }
 }
 

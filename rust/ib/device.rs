@@ -47,6 +47,9 @@ pub trait IbDriver: Send + Sync + Sized + 'static {
 pub enum Switch {
     /// `apm_bonding`: automatic alternate paths, failover and re-arm (seed 002).
     ApmBonding,
+    /// `rx_spread`: a stream's bulk receive work is shared with another CPU
+    /// (docs/datapath-design.md).
+    RxSpread,
 }
 
 impl Switch {
@@ -54,6 +57,7 @@ impl Switch {
     fn from_raw(raw: u32) -> Option<Self> {
         match raw {
             b::RVR_SWITCH_APM_BONDING => Some(Self::ApmBonding),
+            b::RVR_SWITCH_RX_SPREAD => Some(Self::RxSpread),
             _ => None,
         }
     }

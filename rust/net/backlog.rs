@@ -99,3 +99,15 @@ pub fn send_in_order(
     unsafe { b::rvr_local_bh_enable() };
     res
 }
+
+/// How many packets wait in this CPU's receive backlog behind the one being received: a stream
+/// is arriving when there are several. 0 without `CONFIG_RPS`.
+///
+/// Softirq context (the CPU cannot change under the caller).
+pub fn waiting_here() -> u32 {
+    // SAFETY: in softirq context the task stays on this CPU.
+    let cpu = unsafe { b::rvr_this_cpu() };
+    // SAFETY: `cpu` is this CPU; the helpers only read per-CPU counters.
+    let (head, tail) = unsafe { (b::rvr_backlog_head(cpu), b::rvr_backlog_tail(cpu)) };
+    tail.wrapping_sub(head)
+}

@@ -42,8 +42,21 @@ pub struct RoceRx<'a> {
     pub ttl: u8,
     /// The UDP payload from the first byte of the BTH up to, not including, the ICRC.
     pub transport: &'a [u8],
-    /// The whole UDP payload: `transport` followed by the (checked) ICRC.
+    /// The whole UDP payload: `transport` followed by the ICRC.
     pub udp_payload: &'a [u8],
+    /// The IP header, for the ICRC.
+    ip: IpHeader<'a>,
+    /// The UDP header, for the ICRC.
+    udp: &'a [u8; UDP_HLEN],
+    /// The ICRC the packet carries.
+    icrc: u32,
+}
+
+impl RoceRx<'_> {
+    /// Whether the packet's ICRC is the one computed over it.
+    pub fn icrc_ok(&self) -> bool {
+        compute_icrc(self.ip, self.udp, self.transport) == Some(self.icrc)
+    }
 }
 
 /// Why a received packet was not accepted.
@@ -76,10 +89,17 @@ pub fn compute_icrc(ip: icrc::IpHeader<'_>, udp: &[u8; UDP_HLEN], transport: &[u
 /// [`ip_udp::parse`](crate::rvcore::wire::ip_udp::parse) accepts) and checks its ICRC with the
 /// kernel's `crc32_le`. Bytes after the IP datagram (link padding) are ignored.
 pub fn parse_ip_packet(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
-    let p = ip_udp::parse(pkt).map_err(RoceRxError::Malformed)?;
-    if compute_icrc(p.ip, p.udp, p.transport) != Some(p.icrc) {
+    let rx = parse_ip_headers(pkt)?;
+    if !rx.icrc_ok() {
         return Err(RoceRxError::BadIcrc);
     }
+    Ok(rx)
+}
+
+/// [`parse_ip_packet`] without the ICRC check, for a packet whose check happens later (on
+/// another CPU, before anything acts on it): [`RoceRx::icrc_ok`].
+pub fn parse_ip_headers(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
+    let p = ip_udp::parse(pkt).map_err(RoceRxError::Malformed)?;
     Ok(RoceRx {
         ipv4: p.is_ipv4(),
         ip_header: match p.ip {
@@ -92,5 +112,8 @@ pub fn parse_ip_packet(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
         ttl: p.ttl,
         transport: p.transport,
         udp_payload: p.udp_payload,
+        ip: p.ip,
+        udp: p.udp,
+        icrc: p.icrc,
     })
 }

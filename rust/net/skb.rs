@@ -104,6 +104,13 @@ impl Skb {
         }
     }
 
+    /// Lets go of what ties a received skb to the receive path's RCU read side (a route held
+    /// without a reference, the conntrack entry), so that it may be kept past it.
+    pub fn detach(&mut self) {
+        // SAFETY: the skb is live and exclusively ours.
+        unsafe { b::rvr_skb_detach(self.as_raw()) };
+    }
+
     /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
     pub fn came_from(&self, ndev: &NetDev) -> bool {
         // SAFETY: the skb is live (type invariant).
@@ -215,6 +222,13 @@ impl Skb {
         self.push_to_network_header().map_err(RoceRxError::Skb)?;
         roce::parse_ip_packet(self.data())
     }
+
+    /// [`Skb::parse_roce`] without the ICRC check ([`RoceRx::icrc_ok`] does it later).
+    pub fn parse_roce_headers(&mut self) -> Result<RoceRx<'_>, RoceRxError> {
+        self.linearize().map_err(RoceRxError::Skb)?;
+        self.push_to_network_header().map_err(RoceRxError::Skb)?;
+        roce::parse_ip_headers(self.data())
+    }
 }
 
 impl Drop for Skb {
@@ -268,6 +282,13 @@ impl SkbQueue {
     pub fn len(&self) -> usize {
         // SAFETY: the queue is initialised; the lockless read is a `READ_ONCE`.
         unsafe { b::rvr_skb_queue_len(self.q.get()) as usize }
+    }
+
+    /// Frees every queued skb (`skb_queue_purge`). Not with interrupts disabled: an skb's
+    /// destructor may re-enable bottom halves.
+    pub fn purge(&self) {
+        // SAFETY: the queue is initialised and owns its skbs; purging frees each once.
+        unsafe { b::rvr_skb_queue_purge(self.q.get()) };
     }
 
     /// Whether the queue is empty (a snapshot).

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Synchronisation pieces the kernel crate lacks: an IRQ-safe spinlock and a private workqueue.
+//! Synchronisation pieces the kernel crate lacks: an IRQ-safe spinlock, a private workqueue and
+//! process-context stretches with bottom halves off.
 
+pub mod bh;
 pub mod clock;
 pub mod irq_spinlock;
 pub mod rcu;

@@ -11,9 +11,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=1000 rps=0 only=
-while getopts s:n:rl: o; do
+size=65536 bw_iters=2000 lat_iters=1000 rps=0 only= ab=0
+while getopts s:n:rl:a o; do
 	case $o in
+	a) ab=1 ;;
 	l) only=$OPTARG ;;
 	s) size=$OPTARG ;;
 	n) bw_iters=$OPTARG lat_iters=$OPTARG ;;
@@ -40,7 +41,7 @@ lines=(
 	"write_bw 4K q1|ib_write_bw -s 4096 -q 1 -n 200"
 	"write_bw 4K q1024|ib_write_bw -s 4096 -q 1024 -n 20"
 )
-# -l REGEX: only the lines whose name matches.
+# -l REGEX: only the lines whose name matches. -a: an rvrdma set with rx_spread off as well.
 if [ -n "$only" ]; then
 	sel=()
 	for l in "${lines[@]}"; do [[ ${l%%|*} =~ $only ]] && sel+=("$l"); done
@@ -48,9 +49,10 @@ if [ -n "$only" ]; then
 fi
 declare -A res retries mem
 
-# run_set TYPE DEV0 DEV1: every line between DEV1 (server, rvB) and DEV0 (client, rvA).
+# run_set SET DEV0 DEV1: every line between DEV1 (server, rvB) and DEV0 (client, rvA). SET is
+# the driver (rvrdma, rxe), or rvrdma-solo: rvrdma with its rx_spread switch off.
 run_set() {
-	local type=$1 d0=$2 d1=$3 l name spec tool out v r0 r1
+	local type=${1%-solo} d0=$2 d1=$3 l name spec tool out v r0 r1
 	local -a args words
 	topo_setup 1 >/dev/null
 	if ! { link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type"; }; then
@@ -58,6 +60,10 @@ run_set() {
 		return 1
 	fi
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null
+	if [[ $1 == *-solo ]]; then
+		echo 0 >"/sys/class/infiniband/$d0/rx_spread" && echo 0 >"/sys/class/infiniband/$d1/rx_spread"
+	fi
+	type=$1
 	if [ "$rps" = 1 ]; then
 		# Receive packet steering on both veth ends: received packets are processed on any CPU,
 		# not only on the sender's (veth hands packets to the sending CPU's backlog).
@@ -72,9 +78,9 @@ run_set() {
 		if [[ " ${args[*]} " != *" -n "* ]]; then
 			if [[ $tool == *_bw ]]; then args+=(-n "$bw_iters"); else args+=(-n "$lat_iters"); fi
 		fi
-		r0=$(retry_count "$d0" "$d1")
+		r0=$(retry_count "$d0" "$d1") k0=$(backlog_drops)
 		out=$(PP_TIMEOUT=900 pf_run "$tool" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
-		r1=$(retry_count "$d0" "$d1")
+		r1=$(retry_count "$d0" "$d1") k1=$(backlog_drops)
 		# The result line is the first line starting with the message size.
 		if [[ $tool == *_bw ]]; then
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4; exit }' <<<"$out")
@@ -83,11 +89,19 @@ run_set() {
 		fi
 		res[$type,$name]=${v:-fail}
 		retries[$type,$name]=$((r1 - r0))
-		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))" >&2
+		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
+			"backlog drops $((k1 - k0))" >&2
 	done
 	mem[$type]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
 	echo "# $type: $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
 		grep -E 'retrans|retry|dup' | tr '\t\n' '= ')" >&2
+	if [ "$type" != rxe ]; then
+		for l in "$d0" "$d1"; do
+			echo "# $type $l: $(rdma statistic show link "$l/1" | tr ' ' '\n' | paste - - |
+				grep -E '^(rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr)' |
+				tr '\t\n' '= ')" >&2
+		done
+	fi
 	topo_cleanup
 }
 
@@ -98,6 +112,14 @@ retry_count() {
 		v=$(link_stat "$d" completer_retry_err)
 		n=$((n + ${v:-0}))
 	done
+	echo "$n"
+}
+
+# backlog_drops: packets the CPUs' receive backlogs dropped so far (/proc/net/softnet_stat,
+# second column, hexadecimal).
+backlog_drops() {
+	local n=0 d
+	while read -r _ d _; do n=$((n + 16#$d)); done </proc/net/softnet_stat
 	echo "$n"
 }
 
@@ -119,6 +141,8 @@ PYEOF
 }
 
 dut_load >/dev/null
+# -a: rvrdma with its rx_spread switch off too, first, as an A/B column.
+[ "$ab" = 1 ] && run_set rvrdma-solo rvr0 rvr1
 run_set rvrdma rvr0 rvr1
 run_set rxe rxe0 rxe1
 cpy=$(memcpy_mbs)
@@ -134,15 +158,22 @@ ratio() {
 	fi
 }
 
-printf '\n%-18s %-6s %12s %12s %8s %10s\n' test unit rvrdma rxe ratio retries
+printf '\n%-18s %-6s %12s %12s %8s %10s' test unit rvrdma rxe ratio retries
+[ "$ab" = 1 ] && printf ' %12s %8s %8s' "rx_spread=0" ratio "on/off"
+echo
 for l in "${lines[@]}"; do
 	name=${l%%|*} spec=${l#*|}
 	read -r tool _ <<<"$spec"
 	a=${res[rvrdma,$name]} b=${res[rxe,$name]}
 	if [[ $tool == *_bw ]]; then unit=MB/s; else unit=usec; fi
 	r=$(ratio "$a" "$b" "$unit")
-	printf '%-18s %-6s %12s %12s %8s %10s\n' "$name" "$unit" "$a" "$b" "$r" \
+	printf '%-18s %-6s %12s %12s %8s %10s' "$name" "$unit" "$a" "$b" "$r" \
 		"${retries[rvrdma,$name]}/${retries[rxe,$name]}"
+	if [ "$ab" = 1 ]; then
+		s=${res[rvrdma-solo,$name]}
+		printf ' %12s %8s %8s' "$s" "$(ratio "$s" "$b" "$unit")" "$(ratio "$a" "$s" "$unit")"
+	fi
+	echo
 done
 for t in rvrdma rxe; do
 	a=${res[$t,write_bw 4K q1]:-} b=${res[$t,write_bw 4K q1024]:-}

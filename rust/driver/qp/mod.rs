@@ -12,6 +12,7 @@
 mod modify_attr;
 mod outputs;
 mod routes;
+mod rx_queue;
 mod timers;
 mod transmit;
 mod user_rings;
@@ -200,6 +201,12 @@ pub struct QpShared {
     /// `WQ_MEM_RECLAIM`: a page fault may wait for reclaim, which the QP work item must not).
     #[pin]
     odp_work: Work<QpShared, 3>,
+    /// A stream's received packets waiting for [`Self::rx_work`], which handles them on another
+    /// CPU (see [`rx_queue`]).
+    #[pin]
+    rx: rx_queue::RxQueue,
+    #[pin]
+    rx_work: Work<QpShared, 4>,
     #[pin]
     timer: HrTimer<QpShared>,
 }
@@ -209,6 +216,7 @@ kernel::impl_has_work! {
     impl HasWork<Self, 1> for QpShared { self.requests_work }
     impl HasWork<Self, 2> for QpShared { self.responses_work }
     impl HasWork<Self, 3> for QpShared { self.odp_work }
+    impl HasWork<Self, 4> for QpShared { self.rx_work }
 }
 
 impl WorkItem for QpShared {
@@ -247,6 +255,8 @@ enum Entry<'a> {
     Doorbell,
     /// A packet arrived.
     Packet(&'a Headers, &'a [u8], &'a PathMatch),
+    /// Packets wait in the receive queue (its work item).
+    RxQueue,
     /// A packet with an opcode the wire decoder does not know arrived (its BTH).
     Unsupported(&'a RawBth, &'a PathMatch),
     /// Modify QP.
@@ -304,6 +314,7 @@ impl QpShared {
     /// inline, as the UDP layer hands them over). Never sleeps. Returns whether a route lookup
     /// is due (the work item it schedules does it; a process-context caller may do it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
+        let from_queue = matches!(entry, Entry::RxQueue);
         let (pending, more, route, fault) = {
             let mut g = self.inner.lock();
             if g.dead {
@@ -322,6 +333,10 @@ impl QpShared {
             )
         };
         self.flush_tx();
+        self.free_rx();
+        if from_queue && self.rx_waiting() {
+            self.schedule_rx();
+        }
         self.deliver(pending);
         if more {
             self.schedule();
@@ -391,24 +406,28 @@ impl QpShared {
                 }
             }
         }
+        // Packets in the receive queue arrived before this packet or verb: they go first
+        // (all of them), or a batch of them for the queue's work item.
+        let drain = match entry {
+            Entry::Packet(..) | Entry::Unsupported(..) | Entry::Modify(..) => usize::MAX,
+            Entry::RxQueue => rx_queue::BATCH,
+            Entry::Work | Entry::Doorbell | Entry::Ports => 0,
+        };
+        for _ in 0..drain {
+            let Some(mut skb) = self.pop_rx() else {
+                break;
+            };
+            if matches!(entry, Entry::RxQueue) {
+                Counters::inc(&self.dev.counters.rx_queue_worker_pkts);
+            }
+            if let Some((h, payload, pm)) = super::receive::queued(&self.dev, &mut skb) {
+                self.inbound(core, odp, &h, payload, &pm, &mut mem, &mut out, now);
+            }
+            self.rx_done(skb);
+        }
         match entry {
             Entry::Packet(h, payload, pm) => {
-                if !odp.packets.is_empty() {
-                    // Behind a packet that waits for memory: keep the order.
-                    if !odp.keep(h, payload, pm) {
-                        Counters::inc(&self.dev.counters.odp_drops);
-                    }
-                } else {
-                    self.take_packet(core, h, payload, pm, &mut mem, &mut out, now);
-                    if let Some(f) = mem.take_fault() {
-                        // Not taken: kept (or dropped, the peer retransmits) until the work
-                        // item has faulted the memory in.
-                        odp.fault = Some(f);
-                        if !odp.keep(h, payload, pm) {
-                            Counters::inc(&self.dev.counters.odp_drops);
-                        }
-                    }
-                }
+                self.inbound(core, odp, h, payload, pm, &mut mem, &mut out, now)
             }
             Entry::Ports => core.set_bonding(self.dev.bonding_ports(), &mut out),
             Entry::Modify(a, m, res) => {
@@ -421,7 +440,7 @@ impl QpShared {
                 }
             }
             Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
-            Entry::Work | Entry::Doorbell => {}
+            Entry::Work | Entry::Doorbell | Entry::RxQueue => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
         // A WQE whose memory is not resident was not started; a payload that vanished since
@@ -442,6 +461,38 @@ impl QpShared {
         self.dev.counters.fold(&now_c, &mut inner.last_counters);
         inner.timers.rearm(self, now);
         (sent >= WORK_BUDGET, need_route)
+    }
+
+    /// Handles one received packet in order: kept while earlier ones wait for on-demand-paging
+    /// memory, else handed to the core.
+    #[allow(clippy::too_many_arguments)]
+    fn inbound(
+        &self,
+        core: &mut CoreQp,
+        odp: &mut OdpWait,
+        h: &Headers,
+        payload: &[u8],
+        pm: &PathMatch,
+        mem: &mut QpMemory<'_>,
+        out: &mut QpOut<'_>,
+        now: u64,
+    ) {
+        if !odp.packets.is_empty() {
+            // Behind a packet that waits for memory: keep the order.
+            if !odp.keep(h, payload, pm) {
+                Counters::inc(&self.dev.counters.odp_drops);
+            }
+            return;
+        }
+        self.take_packet(core, h, payload, pm, mem, out, now);
+        if let Some(f) = mem.take_fault() {
+            // Not taken: kept (or dropped, the peer retransmits) until the work item has
+            // faulted the memory in.
+            odp.fault = Some(f);
+            if !odp.keep(h, payload, pm) {
+                Counters::inc(&self.dev.counters.odp_drops);
+            }
+        }
     }
 
     /// Hands one received packet to the core (with an SRQ, first taking a receive WQE when the
@@ -515,8 +566,11 @@ fn destroy(qp: Arc<QpShared>) {
     drop(rq);
     workqueue::flush_work::<_, 0>(&*qp);
     // Received packets are handled in the UDP layer's RCU read-side section: after a grace
-    // period no receive path holds a reference taken before the QP left the table.
+    // period no receive path holds a reference taken before the QP left the table, and none
+    // queues a packet or the receive queue's work any more.
     crate::sync::rcu::synchronize();
+    workqueue::flush_work::<_, 4>(&*qp);
+    qp.purge_rx();
     // Every context that could hand the sending (or a fault) over has finished by now. The
     // fault work runs on a system workqueue: it must be done before the module may go.
     workqueue::flush_work::<_, 3>(&*qp);

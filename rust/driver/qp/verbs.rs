@@ -7,6 +7,7 @@
 use super::modify_attr;
 use super::outputs::QpOut;
 use super::routes::{QpPaths, Wanted};
+use super::rx_queue::RxQueue;
 use super::timers::QpTimers;
 use super::transmit::{self, TxStream};
 use super::user_rings::UserRings;
@@ -254,6 +255,8 @@ impl QpVerbs for RvrDevice {
                     requests_work <- kernel::new_work!("rvrdma_qp_requests"),
                     responses_work <- kernel::new_work!("rvrdma_qp_responses"),
                     odp_work <- kernel::new_work!("rvrdma_qp_odp"),
+                    rx <- RxQueue::new(),
+                    rx_work <- kernel::new_work!("rvrdma_qp_rx"),
                     timer <- HrTimer::new(),
                 }),
                 GFP_KERNEL,

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A QP's receive queue: a stream's receive work shared with another CPU.
+//!
+//! A veth hands each packet to the backlog of the CPU that sent it, so the sender's CPU also
+//! does all the receiving. While a stream arrives (the CPU's backlog holds more packets behind
+//! this one), a QP's bulk packets go to its receive queue, and a work item handles them on
+//! another CPU, ICRC check included. The order holds:
+//! - a packet that arrives while the queue holds packets joins it, whatever its size;
+//! - a packet handled at once finds the queue empty, or drains it first;
+//! - every packet leaves the queue under the QP lock, in the critical section that handles it.
+//!
+//! When the queue is full, the softirq drains it itself before its own packet, so the sender's
+//! CPU is held back exactly as when everything was handled there: that is the flow control.
+//! A lone or small packet finds the queue empty and is handled at once, so latency is
+//! unchanged.
+
+use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
+use super::{Entry, QpShared};
+use crate::ib::qp::QpType as IbQpType;
+use crate::net::{backlog, skb::Skb, skb::SkbQueue};
+use crate::sync::workqueue;
+use core::sync::atomic::Ordering;
+use kernel::{prelude::*, sync::Arc, workqueue::WorkItem};
+
+/// A payload at least this long is worth handing to another CPU.
+const BULK: usize = 512;
+/// A stream is arriving when at least this many packets wait in the backlog behind one.
+const STREAM: u32 = 4;
+/// Most packets one QP's receive queue holds.
+const MAX_QUEUED: usize = 64;
+/// Packets the work item handles per hold of the QP lock.
+pub(super) const BATCH: usize = 16;
+
+/// The receive queue of a QP.
+#[pin_data]
+pub(crate) struct RxQueue {
+    /// Packets not yet handled, oldest first.
+    #[pin]
+    waiting: SkbQueue,
+    /// Packets handled under the QP lock, freed after it (an skb is not freed with interrupts
+    /// disabled).
+    #[pin]
+    done: SkbQueue,
+}
+
+impl RxQueue {
+    /// Two empty queues.
+    pub(super) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            waiting <- SkbQueue::new(),
+            done <- SkbQueue::new(),
+        })
+    }
+}
+
+impl WorkItem<4> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
+        // bottom halves come back on.
+        let _ = crate::sync::bh::with_bh_disabled(|| this.drive(Entry::RxQueue));
+    }
+}
+
+impl QpShared {
+    /// Whether a received packet with a payload of `len` bytes goes to the receive queue:
+    /// always while the queue holds packets (the order), else when it is bulk and a stream is
+    /// arriving on an RC or UC QP with the device's `rx_spread` switch on; never past the
+    /// queue's or the device's limit (the caller then handles it at once, after the queue).
+    /// Softirq context.
+    pub(crate) fn queues_rx(&self, len: usize) -> bool {
+        let q = &self.rx.waiting;
+        let wanted = !q.is_empty()
+            || (len >= BULK
+                && matches!(self.qp_type, IbQpType::Rc | IbQpType::Uc)
+                && self.dev.rx_spread()
+                && backlog::waiting_here() >= STREAM);
+        wanted && q.len() < MAX_QUEUED && self.dev.rx_queued.load(Ordering::Relaxed) < MAX_RX_QUEUED
+    }
+
+    /// Adds a packet to the receive queue ([`Self::queues_rx`] said so) and wakes the work item.
+    pub(crate) fn queue_rx(self: &Arc<Self>, mut skb: Skb) {
+        skb.detach();
+        Counters::inc(&self.dev.counters.rx_queued_pkts);
+        self.dev.rx_queued.fetch_add(1, Ordering::Relaxed);
+        self.rx.waiting.push(skb);
+        self.schedule_rx();
+    }
+
+    /// Queues the receive queue's work item (a no-op if it is queued already).
+    pub(super) fn schedule_rx(self: &Arc<Self>) {
+        let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+    }
+
+    /// Takes the oldest waiting packet, if any. Under the QP lock, so that packets are handled
+    /// in the order they leave the queue.
+    pub(super) fn pop_rx(&self) -> Option<Skb> {
+        let skb = self.rx.waiting.pop()?;
+        self.dev.rx_queued.fetch_sub(1, Ordering::Relaxed);
+        Some(skb)
+    }
+
+    /// Keeps a handled packet for [`Self::free_rx`].
+    pub(super) fn rx_done(&self, skb: Skb) {
+        self.rx.done.push(skb);
+    }
+
+    /// Whether packets wait in the receive queue.
+    pub(super) fn rx_waiting(&self) -> bool {
+        !self.rx.waiting.is_empty()
+    }
+
+    /// Frees the handled packets. Not under the QP lock.
+    pub(super) fn free_rx(&self) {
+        if !self.rx.done.is_empty() {
+            self.rx.done.purge();
+        }
+    }
+
+    /// Drops every waiting packet (the QP is being destroyed). Process context, no lock.
+    pub(super) fn purge_rx(&self) {
+        while self.pop_rx().is_some() {}
+        self.free_rx();
+    }
+}

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Bottom halves off for process-context code that runs the softirq receive path: the locks it
+//! shares with softirq must then be taken as the softirq takes them, and what it transmits
+//! into the CPU's backlog is worked through when they come back on.
+
+use crate::bindings as b;
+
+/// Runs `f` with bottom halves disabled on this CPU, and an RCU read-side section around it
+/// (what the UDP layer's receive path provides). When bottom halves are enabled again, the
+/// softirqs `f` raised run.
+///
+/// Process context, interrupts enabled.
+pub fn with_bh_disabled<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: the caller is in process context with interrupts enabled; the matching enable
+    // is below.
+    unsafe { b::rvr_local_bh_disable() };
+    let rcu = kernel::sync::rcu::read_lock();
+    let r = f();
+    drop(rcu);
+    // SAFETY: pairs with the disable above, in the same context.
+    unsafe { b::rvr_local_bh_enable() };
+    r
+}
