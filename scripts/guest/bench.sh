@@ -88,6 +88,10 @@ run_set() {
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $5; exit }' <<<"$out")
 		fi
 		res[$type,$name]=${v:-fail}
+		# A failed or empty figure: what the tool said, to tell why.
+		if [[ ! $v =~ ^[0-9.]+$ ]] || awk -v v="$v" 'BEGIN { exit !(v == 0) }'; then
+			tail -n 12 <<<"$out" | sed 's/^/#   /' >&2
+		fi
 		retries[$type,$name]=$((r1 - r0))
 		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
 			"backlog drops $((k1 - k0))" >&2

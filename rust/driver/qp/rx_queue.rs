@@ -119,9 +119,12 @@ impl QpShared {
         }
     }
 
-    /// Drops every waiting packet (the QP is being destroyed). Process context, no lock.
+    /// Drops every waiting packet (the QP is being destroyed), each counted as a packet for
+    /// no QP, as it would be had it arrived a moment later. Process context, no lock.
     pub(super) fn purge_rx(&self) {
-        while self.pop_rx().is_some() {}
+        while self.pop_rx().is_some() {
+            Counters::inc(&self.dev.counters.rx_no_qp);
+        }
         self.free_rx();
     }
 }
