@@ -52,7 +52,7 @@ declare -A res retries mem
 # run_set SET DEV0 DEV1: every line between DEV1 (server, rvB) and DEV0 (client, rvA). SET is
 # the driver (rvrdma, rxe), or rvrdma-solo: rvrdma with its rx_spread switch off.
 run_set() {
-	local type=${1%-solo} d0=$2 d1=$3 l name spec tool out v r0 r1
+	local type=${1%-solo} d0=$2 d1=$3 l name spec tool out v r0 r1 t0=$SECONDS
 	local -a args words
 	topo_setup 1 >/dev/null
 	if ! { link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type"; }; then
@@ -107,6 +107,7 @@ run_set() {
 		done
 	fi
 	topo_cleanup
+	echo "# $1: the set took $((SECONDS - t0)) s" >&2
 }
 
 # retry_count DEV...: completer_retry_err of the DEVs, added up.

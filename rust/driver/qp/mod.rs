@@ -384,12 +384,6 @@ impl QpShared {
             Some(&paths.routes),
         )
         .with_rq(user.rq.as_ref());
-        if retransmit {
-            core.timer_expired(now, Timer::Retransmit, &mut out);
-        }
-        if rnr {
-            core.timer_expired(now, Timer::Rnr, &mut out);
-        }
         // Packets that waited for on-demand-paging memory go first, in order (the work item
         // faulted the memory in just before).
         if matches!(entry, Entry::Work) && odp.fault.is_none() {
@@ -406,12 +400,15 @@ impl QpShared {
                 }
             }
         }
-        // Packets in the receive queue arrived before this packet or verb: they go first
-        // (all of them), or a batch of them for the queue's work item.
+        // Packets in the receive queue arrived before this packet, verb or timer expiry: they
+        // go first (all of them), or a batch of them for the queue's work item. A response
+        // waiting there when the transport timer fires is progress, not a timeout.
         let drain = match entry {
-            Entry::Packet(..) | Entry::Unsupported(..) | Entry::Modify(..) => usize::MAX,
+            Entry::Packet(..) | Entry::Unsupported(..) | Entry::Modify(..) | Entry::Work => {
+                usize::MAX
+            }
             Entry::RxQueue => rx_queue::BATCH,
-            Entry::Work | Entry::Doorbell | Entry::Ports => 0,
+            Entry::Doorbell | Entry::Ports => 0,
         };
         for _ in 0..drain {
             let Some(mut skb) = self.pop_rx() else {
@@ -424,6 +421,12 @@ impl QpShared {
                 self.inbound(core, odp, &h, payload, &pm, &mut mem, &mut out, now);
             }
             self.rx_done(skb);
+        }
+        if retransmit {
+            core.timer_expired(now, Timer::Retransmit, &mut out);
+        }
+        if rnr {
+            core.timer_expired(now, Timer::Rnr, &mut out);
         }
         match entry {
             Entry::Packet(h, payload, pm) => {

@@ -8,6 +8,8 @@
 //! another CPU, ICRC check included. The order holds:
 //! - a packet that arrives while the queue holds packets joins it, whatever its size;
 //! - a packet handled at once finds the queue empty, or drains it first;
+//! - the QP's work item drains it before it acts on an expired timer (a response waiting
+//!   there is progress, not a timeout);
 //! - every packet leaves the queue under the QP lock, in the critical section that handles it.
 //!
 //! When the queue is full, the softirq drains it itself before its own packet, so the sender's

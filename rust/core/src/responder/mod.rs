@@ -136,6 +136,10 @@ pub struct RqLogic<R> {
     pub(crate) res: [Resource; MAX_RESOURCES],
     pub(crate) res_tail: u64,
     pub(crate) res_send: u64,
+    /// First resource whose responses have not all been sent once: a resource sent again
+    /// for a duplicate is one the requester already counted, so only those from here on
+    /// hold a place of `max_dest_rd_atomic`.
+    pub(crate) res_fresh: u64,
     pub(crate) pending_ack: Option<AckItem>,
     pkts_since_ack: u32,
     peer_may_stall: bool,
@@ -213,6 +217,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             res: [FREE_RES; MAX_RESOURCES],
             res_tail: 0,
             res_send: 0,
+            res_fresh: 0,
             pending_ack: None,
             pkts_since_ack: 0,
             peer_may_stall: false,
@@ -237,6 +242,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.res = [FREE_RES; MAX_RESOURCES];
         self.res_tail = 0;
         self.res_send = 0;
+        self.res_fresh = 0;
         self.pending_ack = None;
         self.pkts_since_ack = 0;
         self.peer_may_stall = false;

@@ -170,6 +170,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.rq_next = self.rq_head;
         self.cur = None;
         self.res_send = self.res_tail;
+        self.res_fresh = self.res_tail;
         self.pending_ack = None;
         RqOutcome::Ok
     }

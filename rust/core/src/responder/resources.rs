@@ -138,7 +138,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                         };
                     }
                     if pos.ends_message() {
-                        self.res_send = self.res_send.wrapping_add(1);
+                        self.sent_resource();
                     }
                 }
                 ResKind::Atomic { orig } => {
@@ -147,17 +147,17 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                     h.aeth = Some(aeth);
                     h.atomic_ack_eth = Some(AtomicAckEth { orig });
                     out.transmit(ctx.path, &h, PayloadSource::None);
-                    self.res_send = self.res_send.wrapping_add(1);
+                    self.sent_resource();
                 }
                 ResKind::Placed => {
                     bth.opcode = Opcode::RcRdmaReadResponseOnly;
                     let mut h = Headers::new(bth);
                     h.aeth = Some(aeth);
                     out.transmit(ctx.path, &h, PayloadSource::None);
-                    self.res_send = self.res_send.wrapping_add(1);
+                    self.sent_resource();
                 }
                 ResKind::Free => {
-                    self.res_send = self.res_send.wrapping_add(1);
+                    self.sent_resource();
                     continue;
                 }
             }
@@ -178,8 +178,18 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         self.res_send != self.res_tail || self.pending_ack.is_some()
     }
 
+    /// Resources in use: those not yet answered once (responses sent again for a duplicate
+    /// take no new place).
     pub(crate) fn pending_resources(&self) -> u64 {
-        self.res_tail.wrapping_sub(self.res_send)
+        self.res_tail.wrapping_sub(self.res_fresh)
+    }
+
+    /// Moves `res_send` to the next resource, and `res_fresh` with it the first time.
+    fn sent_resource(&mut self) {
+        if self.res_send == self.res_fresh {
+            self.res_fresh = self.res_fresh.wrapping_add(1);
+        }
+        self.res_send = self.res_send.wrapping_add(1);
     }
 
     pub(crate) fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {

@@ -420,3 +420,39 @@ fn reserved_opcode_psn_checks_and_other_transports() {
     assert!(d.take(1).is_empty());
     assert_eq!(d.state(1), QpState::Rts);
 }
+
+/// A stale duplicate Read (the requester has its responses already) makes the responder send
+/// the responses from that Read on again, yet frees no place for new requests and takes none:
+/// a new request within the requester's `max_rd_atomic` is executed, not refused as one too
+/// many (class C), also before the responses sent again have left.
+#[test]
+fn seed001_resent_responses_hold_no_responder_resource() {
+    let mut d = Duo::responder_with(Opts {
+        max_dest_rd_atomic: 2,
+        ..Opts::default()
+    });
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 16]);
+    let r1 = req_reth(Opcode::RcRdmaReadRequest, PSN_A, RMT, RMT_VA, 8);
+    let mut r2 = r1;
+    r2.bth.psn = Psn::new(PSN_A + 1);
+    d.deliver(1, &r1, &[], 1);
+    d.deliver(1, &r2, &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 2, "both Reads answered");
+    // The requester completed the first Read and may have one more in flight; the first
+    // Read's retransmission arrives late, then the new atomic.
+    d.deliver(1, &r1, &[], 1);
+    d.deliver(1, &req(Opcode::RcFetchAdd, PSN_A + 2), &[], 1);
+    d.progress(1);
+    let p = d.take(1);
+    assert!(
+        p.iter()
+            .all(|(h, _, _)| h.aeth.is_none_or(|a| a.syndrome.is_ack())),
+        "no NAK: {p:?}"
+    );
+    assert!(p
+        .iter()
+        .any(|(h, _, _)| h.bth.opcode == Opcode::RcAtomicAcknowledge));
+    assert_eq!(d.state(1), QpState::Rts);
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 1);
+}
