@@ -3,7 +3,6 @@
  * rvrdma: one-line wrappers for the static inline skb, socket, route and netns functions that
  * rust/net/ calls. Driver logic stays in Rust.
  */
-#include <net/hotdata.h>
 #include "rvrdma_net.h"
 
 unsigned char *rvr_skb_data(const struct sk_buff *skb)
@@ -238,11 +237,6 @@ unsigned int rvr_backlog_head(unsigned int cpu)
 #else
 	return 0;
 #endif
-}
-
-unsigned int rvr_backlog_max(void)
-{
-	return max(READ_ONCE(net_hotdata.max_backlog), 0);
 }
 
 void rvr_local_bh_disable(void)

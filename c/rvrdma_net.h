@@ -76,8 +76,6 @@ u32 rvr_rt6_get_cookie(struct dst_entry *dst);
  * processed, in packets (0 without CONFIG_RPS, which keeps these counters). */
 unsigned int rvr_backlog_tail(unsigned int cpu);
 unsigned int rvr_backlog_head(unsigned int cpu);
-/* How many packets a CPU's receive backlog holds before it drops (net.core.netdev_max_backlog). */
-unsigned int rvr_backlog_max(void);
 void rvr_local_bh_disable(void);
 void rvr_local_bh_enable(void);
 unsigned int rvr_this_cpu(void);

@@ -118,9 +118,6 @@ counters! {
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,
-    /// Times a QP's sending paused, left to its work item on the same CPU, because that CPU's
-    /// receive backlog was half full (see `net::backlog::room_here`).
-    tx_backlog_waits,
     /// Received packets a stream put in their QP's receive queue, for another CPU
     /// (`rx_spread`, see `qp::rx_queue`).
     rx_queued_pkts,

@@ -103,30 +103,11 @@ pub fn send_in_order(
 /// How many packets wait in this CPU's receive backlog behind the one being received: a stream
 /// is arriving when there are several. 0 without `CONFIG_RPS`.
 ///
-/// Softirq context or bottom halves disabled (the CPU cannot change under the caller).
+/// Softirq context (the CPU cannot change under the caller).
 pub fn waiting_here() -> u32 {
     // SAFETY: in softirq context the task stays on this CPU.
     let cpu = unsafe { b::rvr_this_cpu() };
     // SAFETY: `cpu` is this CPU; the helpers only read per-CPU counters.
     let (head, tail) = unsafe { (b::rvr_backlog_head(cpu), b::rvr_backlog_tail(cpu)) };
     tail.wrapping_sub(head)
-}
-
-/// Whether this CPU's receive backlog has room for one more packet sent from here: it holds
-/// less than half its limit (`net.core.netdev_max_backlog`), the rest being left to other
-/// senders. A veth hands every packet sent to the backlog of the sending CPU, which drops what
-/// overflows: a sender that bursts past the limit loses packets on a clean link. Always `true`
-/// without `CONFIG_RPS`.
-///
-/// Bottom halves disabled (the CPU cannot change under the caller).
-pub fn room_here() -> bool {
-    // SAFETY: the helper only reads a sysctl.
-    let max = unsafe { b::rvr_backlog_max() };
-    waiting_here() < max / 2
-}
-
-/// This CPU's number. Bottom halves disabled (the CPU cannot change under the caller).
-pub fn this_cpu() -> u32 {
-    // SAFETY: the helper only reads the CPU number.
-    unsafe { b::rvr_this_cpu() }
 }

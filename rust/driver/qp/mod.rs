@@ -36,7 +36,7 @@ use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{
     prelude::*,
     sync::Arc,
@@ -187,9 +187,6 @@ pub struct QpShared {
     requests: TxStream,
     #[pin]
     responses: TxStream,
-    /// Set when the core built less than it might because the streams held
-    /// [`transmit::TX_QUEUED_MAX`] packets: the flush that empties a stream drives the QP again.
-    tx_held: AtomicBool,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
@@ -448,14 +445,7 @@ impl QpShared {
             Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
             Entry::Work | Entry::Doorbell | Entry::RxQueue => {}
         }
-        // Packets wait in the streams while a CPU's backlog is full (see `flush_stream`): build
-        // at most `TX_QUEUED_MAX` ahead. A UC or UD WQE completes once built, so its sender
-        // could otherwise pile packets up without bound.
-        let budget = WORK_BUDGET.min(transmit::TX_QUEUED_MAX.saturating_sub(self.tx_queued()));
-        if budget < WORK_BUDGET {
-            self.tx_held.store(true, Ordering::SeqCst);
-        }
-        let sent = core.progress(now, budget, &mut mem, &mut out);
+        let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
         // A WQE whose memory is not resident was not started; a payload that vanished since
         // left its packet unbuilt (resent on the timer): fault either in from the work item.
         if let Some(f) = mem.take_fault().or(out.odp_fault) {

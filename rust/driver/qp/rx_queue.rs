@@ -69,14 +69,14 @@ impl WorkItem<4> for QpShared {
 impl QpShared {
     /// Whether a received packet with a payload of `len` bytes goes to the receive queue:
     /// always while the queue holds packets (the order), else when it is bulk and a stream is
-    /// arriving on an RC or UC QP with the device's `rx_spread` switch on; never past the
+    /// arriving on an RC QP with the device's `rx_spread` switch on; never past the
     /// queue's or the device's limit (the caller then handles it at once, after the queue).
     /// Softirq context.
     pub(crate) fn queues_rx(&self, len: usize) -> bool {
         let q = &self.rx.waiting;
         let wanted = !q.is_empty()
             || (len >= BULK
-                && matches!(self.qp_type, IbQpType::Rc | IbQpType::Uc)
+                && self.qp_type == IbQpType::Rc
                 && self.dev.rx_spread()
                 && backlog::waiting_here() >= STREAM);
         wanted && q.len() < MAX_QUEUED && self.dev.rx_queued.load(Ordering::Relaxed) < MAX_RX_QUEUED

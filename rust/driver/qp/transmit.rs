@@ -25,9 +25,6 @@ use crate::sync::workqueue;
 use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{prelude::*, sync::Arc, workqueue::WorkItem};
 
-/// Most packets a QP's two streams hold (built, not yet sent) before it builds no more.
-pub(super) const TX_QUEUED_MAX: usize = 256;
-
 /// RoCEv2 overhead in front of the IB payload inside the netdev MTU (worst case: IPv6, UDP,
 /// BTH, RETH or AtomicETH, ICRC).
 const ROCE_OVERHEAD: u32 = 40 + 8 + 12 + 28 + 4;
@@ -206,11 +203,6 @@ impl QpShared {
         }
     }
 
-    /// Packets built and not yet sent, in both streams.
-    pub(super) fn tx_queued(&self) -> usize {
-        self.requests.queue.len() + self.responses.queue.len()
-    }
-
     /// Sends the queued packets of both streams.
     pub(super) fn flush_tx(self: &Arc<Self>) {
         self.flush_stream(true);
@@ -220,66 +212,39 @@ impl QpShared {
     /// Sends the packets of one stream in the order they were built, unless another context is
     /// at it (it then sends ours too): from the CPU that sent the stream's last batch, or from
     /// this one once nothing sent before can be overtaken (see [`crate::net::backlog`]);
-    /// otherwise the sending moves to that CPU. It also moves to the stream's work item, on
-    /// the same CPU, when that CPU's receive backlog is half full: a burst sent past its limit
-    /// would be dropped on a clean link (there the backlog drains before the work item runs).
+    /// otherwise the sending moves to that CPU.
     fn flush_stream(self: &Arc<Self>, requests: bool) {
         let s = self.stream(requests);
         loop {
             if s.busy.swap(true, Ordering::SeqCst) {
                 return;
             }
-            // The CPU whose backlog had no room for the rest, if any.
-            let mut held = None;
-            let sent = backlog::send_in_order(s.last_batch.get(), || {
-                let (n, h) = self.send_queued(&s.queue);
-                held = h.then(backlog::this_cpu);
-                n
-            });
-            let handoff = match sent {
-                Ok(mark) => {
-                    s.last_batch.set(mark);
-                    if held.is_some() {
-                        Counters::inc(&self.dev.counters.tx_backlog_waits);
-                    }
-                    held
-                }
+            match backlog::send_in_order(s.last_batch.get(), || self.send_queued(&s.queue)) {
+                Ok(mark) => s.last_batch.set(mark),
                 Err(cpu) => {
+                    s.busy.store(false, Ordering::SeqCst);
                     Counters::inc(&self.dev.counters.tx_cpu_handoffs);
-                    Some(cpu)
+                    // Already queued: that run sends these too.
+                    let _ = if requests {
+                        workqueue::enqueue_on::<_, 1>(cpu, self.clone())
+                    } else {
+                        workqueue::enqueue_on::<_, 2>(cpu, self.clone())
+                    };
+                    return;
                 }
-            };
-            s.busy.store(false, Ordering::SeqCst);
-            if let Some(cpu) = handoff {
-                // Already queued: that run sends these too.
-                let _ = if requests {
-                    workqueue::enqueue_on::<_, 1>(cpu, self.clone())
-                } else {
-                    workqueue::enqueue_on::<_, 2>(cpu, self.clone())
-                };
-                return;
             }
+            s.busy.store(false, Ordering::SeqCst);
             // A packet queued after our last pop but before the store above found us busy.
             if s.queue.is_empty() {
-                if self.tx_held.swap(false, Ordering::SeqCst) {
-                    self.schedule();
-                }
                 return;
             }
         }
     }
 
-    /// Sends what `queue` holds while this CPU's receive backlog has room; returns how many
-    /// packets left, and whether some were held back for want of room.
-    fn send_queued(&self, queue: &SkbQueue) -> (usize, bool) {
+    /// Sends what `queue` holds; returns how many packets left.
+    fn send_queued(&self, queue: &SkbQueue) -> usize {
         let mut n = 0;
-        while !queue.is_empty() {
-            if !backlog::room_here() {
-                return (n, true);
-            }
-            let Some(skb) = queue.pop() else {
-                break;
-            };
+        while let Some(skb) = queue.pop() {
             let len = skb.len();
             match skb.send() {
                 Ok(_) => {
@@ -293,7 +258,7 @@ impl QpShared {
                 Err(_) => Counters::inc(&self.dev.counters.send_err),
             }
         }
-        (n, false)
+        n
     }
 }
 

@@ -32,7 +32,7 @@ use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot};
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
 impl QpShared {
@@ -250,7 +250,6 @@ impl QpVerbs for RvrDevice {
                     tunnels,
                     requests <- TxStream::new(),
                     responses <- TxStream::new(),
-                    tx_held: AtomicBool::new(false),
                     inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
                     work <- kernel::new_work!("rvrdma_qp"),
                     requests_work <- kernel::new_work!("rvrdma_qp_requests"),
