@@ -20,7 +20,7 @@
 
 main() {
 	ktap_print_header
-	ktap_set_plan 17
+	ktap_set_plan 18
 	dut_setup 1
 	pair_up
 	wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" fd77::1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" fd77::2 ||
@@ -43,6 +43,9 @@ main() {
 	traffic_check "traffic.py UC, every UC op both ways, MTU 256: data and completions intact" \
 		"${DUT}0" "${DUT}1" "${v4[@]}" --qp-type uc --mtu 256 --window 2 \
 		--sizes 1,mtu-1,mtu,mtu+1,3*mtu+7,65536
+	# Only RC QPs hand bulk packets to another CPU: UC resends nothing a burst could lose.
+	check "UD and UC traffic is handled as it arrives: nothing went to a receive queue (rx_queued_pkts 0)" \
+		eval '[ "$(($(link_stat "${DUT}0" rx_queued_pkts) + $(link_stat "${DUT}1" rx_queued_pkts)))" -eq 0 ]'
 	# A UD message fits one packet: at most the path MTU (1024 on a 1500-byte veth).
 	check "smoke: ibv_ud_pingpong 512 B x 100 completes, rvrdma <-> rvrdma" \
 		pp_run ibv_ud_pingpong "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -s 512 -n 100
