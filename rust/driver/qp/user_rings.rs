@@ -14,7 +14,7 @@ use crate::ib::{qp::QpType as IbQpType, queue::Ring};
 use crate::rvcore::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::rvcore::qp::QpAttrs;
 use crate::rvcore::qp_state::{AttrMask, QpState};
-use crate::rvcore::requester::PostError;
+use crate::rvcore::requester::{PostError, CREDIT_PROBE_MAX_NS};
 use crate::rvcore::wqe::{SendFlags, SgList, Sge};
 use crate::sync::clock::now_ns;
 use kernel::prelude::*;
@@ -25,6 +25,12 @@ use kernel::prelude::*;
 const RING_POLL_NS: u64 = 20_000;
 /// Longest ring poll period.
 const RING_POLL_MAX_NS: u64 = 16_000_000;
+/// How long the ring poll of a QP without credits goes on after the peer last showed that it
+/// wants some (a duplicate request, such as a credit probe, or a Send the responder RNR-NAKed).
+/// A requester held for credits probes at least every [`CREDIT_PROBE_MAX_NS`]; a QP whose peer
+/// asks for nothing (RDMA Writes only, or idle) is not polled: thousands of such QPs polling
+/// would keep the CPUs busy with nothing.
+const CREDIT_WANTED_NS: u64 = 2 * CREDIT_PROBE_MAX_NS;
 
 /// The rings of a user QP (kernel QPs have none) and what the kernel keeps about them.
 pub(crate) struct UserRings {
@@ -41,6 +47,10 @@ pub(crate) struct UserRings {
     sq_pulled: u64,
     /// Current ring poll period (0: not polling).
     poll_period: u64,
+    /// Duplicate requests and RNR NAKs the responder counted at the last look.
+    asked: u64,
+    /// Until when the peer may be waiting for credits (ns, [`now_ns`] clock).
+    credit_wanted_until: u64,
 }
 
 impl UserRings {
@@ -65,6 +75,8 @@ impl UserRings {
             inline: KVec::from_elem(0u8, sq_slots as usize * max_inline, GFP_KERNEL)?,
             sq_pulled: 0,
             poll_period: 0,
+            asked: 0,
+            credit_wanted_until: 0,
         })
     }
 
@@ -114,7 +126,13 @@ impl UserRings {
 
     /// Starts, continues or stops the ring poll of a QP in `core`'s state.
     pub(crate) fn schedule_poll(&mut self, core: &CoreQp, timers: &mut QpTimers, now: u64) {
-        if self.needs_poll(core) {
+        let c = core.rq_logic().counters();
+        let asked = c.duplicates.wrapping_add(c.rnr_naks_sent);
+        if asked != self.asked {
+            self.asked = asked;
+            self.credit_wanted_until = now.saturating_add(CREDIT_WANTED_NS);
+        }
+        if self.needs_poll(core, now) {
             if !timers.is_set(QpTimer::RingPoll) {
                 self.poll_period = (self.poll_period * 2).clamp(RING_POLL_NS, RING_POLL_MAX_NS);
                 timers.set(QpTimer::RingPoll, now + self.poll_period);
@@ -125,14 +143,16 @@ impl UserRings {
         }
     }
 
-    /// Whether the rings need polling: the peer may be stalled for credits, or the QP is in
-    /// Error and user space posted WQEs to flush.
-    fn needs_poll(&self, core: &CoreQp) -> bool {
+    /// Whether the rings need polling: the peer is stalled for credits, or the QP is in Error
+    /// and user space posted WQEs to flush.
+    fn needs_poll(&self, core: &CoreQp, now: u64) -> bool {
         let Some(rq) = self.rq.as_ref() else {
             return false;
         };
         match core.state() {
-            QpState::Rtr | QpState::Rts | QpState::Sqd => core.rq_logic().credits() == 0,
+            QpState::Rtr | QpState::Rts | QpState::Sqd => {
+                core.rq_logic().credits() == 0 && now < self.credit_wanted_until
+            }
             QpState::Error => rq.count() > 0 || self.sq.as_ref().is_some_and(|s| s.count() > 0),
             _ => false,
         }
