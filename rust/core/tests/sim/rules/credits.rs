@@ -30,14 +30,20 @@ fn seed003_rq_credit_count_zero_at_reset_one_per_posted_receive() {
     assert_eq!(d.e[1].qp.rq_logic().credits(), 0);
 }
 
-#[test]
-fn seed003_initial_unsolicited_ack_on_entering_rtr() {
+/// Both QPs in RTR, node 1 with 3 receives posted: the packets node 1 sent on entering RTR.
+fn rtr_pair_and_initial_ack() -> (Duo, Vec<(Headers, Vec<u8>, u8)>) {
     let mut d = Duo::new(Opts {
         pre_rtr_recvs: [0, 3],
         to: QpState::Rtr,
         ..Opts::default()
     });
     let p = d.take(1);
+    (d, p)
+}
+
+#[test]
+fn seed003_initial_unsolicited_ack_on_entering_rtr() {
+    let (_, p) = rtr_pair_and_initial_ack();
     assert_eq!(p.len(), 1, "exactly one unsolicited ACK");
     let h = &p[0].0;
     assert_eq!(h.bth.opcode, Opcode::RcAcknowledge);
@@ -72,6 +78,17 @@ fn seed003_initial_ack_is_a_credit_update_not_a_duplicate() {
     d.deliver_all(0, &p);
     let c = d.e[0].qp.counters().sq;
     assert_eq!((c.credit_acks_received, c.duplicate_responses), (1, 1));
+}
+
+/// The peer's initial ACK may reach a QP that is still in RTR (its send PSN not yet given): it
+/// is a credit update there too, not a duplicate response.
+#[test]
+fn seed003_initial_ack_before_rts_is_a_credit_update() {
+    let (mut d, p) = rtr_pair_and_initial_ack();
+    assert_eq!(p.len(), 1, "the initial ACK");
+    d.deliver_all(0, &p);
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!((c.credit_acks_received, c.duplicate_responses), (1, 0));
 }
 
 #[test]
