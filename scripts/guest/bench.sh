@@ -70,6 +70,9 @@ run_set() {
 		in_a sh -c 'echo 3 > /sys/class/net/veth0/queues/rx-0/rps_cpus'
 		in_b sh -c 'echo 3 > /sys/class/net/veth1/queues/rx-0/rps_cpus'
 	fi
+	# Before the lines: the last ones (1,024 QPs) can keep a driver busy past its timeout.
+	mem[$type]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
+	echo "# $type: memory per RC QP ${mem[$type]} KiB" >&2
 	for l in "${lines[@]}"; do
 		name=${l%%|*} spec=${l#*|}
 		read -ra words <<<"$spec"
@@ -81,8 +84,9 @@ run_set() {
 		r0=$(retry_count "$d0" "$d1") k0=$(backlog_drops)
 		out=$(PP_TIMEOUT=900 pf_run "$tool" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
 		r1=$(retry_count "$d0" "$d1") k1=$(backlog_drops)
-		# The result line is the first line starting with the message size.
-		if [[ $tool == *_bw ]]; then
+		# The result line is the first line starting with the message size: BW average is its
+		# 4th column, MsgRate the 5th (a bandwidth tool's), t_typical the 5th (a latency tool's).
+		if [ "$(unit_of "$tool")" = MB/s ]; then
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4; exit }' <<<"$out")
 		else
 			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $5; exit }' <<<"$out")
@@ -96,7 +100,6 @@ run_set() {
 		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
 			"backlog drops $((k1 - k0))" >&2
 	done
-	mem[$type]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
 	echo "# $type: $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
 		grep -E 'retrans|retry|dup' | tr '\t\n' '= ')" >&2
 	if [ "$type" != rxe ]; then
@@ -108,6 +111,16 @@ run_set() {
 	fi
 	topo_cleanup
 	echo "# $1: the set took $((SECONDS - t0)) s" >&2
+}
+
+# unit_of TOOL: the unit of a line's figure. Atomics move 8 bytes each, so their bandwidth in
+# MB/s has two significant digits at most: their message rate (Mpps) tells the drivers apart.
+unit_of() {
+	case $1 in
+	ib_atomic_bw) echo Mpps ;;
+	*_bw) echo MB/s ;;
+	*) echo usec ;;
+	esac
 }
 
 # retry_count DEV...: completer_retry_err of the DEVs, added up.
@@ -146,17 +159,18 @@ PYEOF
 }
 
 dut_load >/dev/null
+cpy=$(memcpy_mbs)
+echo "# guest memcpy ${cpy} MB/s" >&2
 # -a: rvrdma with its rx_spread switch off too, first, as an A/B column.
 [ "$ab" = 1 ] && run_set rvrdma-solo rvr0 rvr1
 run_set rvrdma rvr0 rvr1
 run_set rxe rxe0 rxe1
-cpy=$(memcpy_mbs)
 
-# ratio A B UNIT: A against B, > 1 when A is better (bandwidth A/B, latency B/A); "-" if either
+# ratio A B UNIT: A against B, > 1 when A is better (rates A/B, latency B/A); "-" if either
 # is missing.
 ratio() {
 	if [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > 0 && b > 0) }'; then
-		if [ "$3" = MB/s ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
+		if [ "$3" != usec ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
 		else awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", b / a }'; fi
 	else
 		echo -
@@ -170,7 +184,7 @@ for l in "${lines[@]}"; do
 	name=${l%%|*} spec=${l#*|}
 	read -r tool _ <<<"$spec"
 	a=${res[rvrdma,$name]} b=${res[rxe,$name]}
-	if [[ $tool == *_bw ]]; then unit=MB/s; else unit=usec; fi
+	unit=$(unit_of "$tool")
 	r=$(ratio "$a" "$b" "$unit")
 	printf '%-18s %-6s %12s %12s %8s %10s' "$name" "$unit" "$a" "$b" "$r" \
 		"${retries[rvrdma,$name]}/${retries[rxe,$name]}"
@@ -188,7 +202,7 @@ for t in rvrdma rxe; do
 done
 echo "memory per RC QP (128/128 WRs): rvrdma ${mem[rvrdma]} KiB, rdma_rxe ${mem[rxe]} KiB"
 echo "guest memcpy ${cpy} MB/s; the soft-RoCE limit (memcpy / 2) $((cpy / 2)) MB/s: rvrdma's" \
-	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
+	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $n != atomic_bw && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
 		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c }') of it"
 echo "(ratio > 1: rvrdma better; retries: rvrdma/rxe completer_retry_err during the line;" \
 	"bandwidth ${bw_iters} iterations, latency ${lat_iters}; RPS on the veths:" \
