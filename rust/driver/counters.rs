@@ -124,6 +124,12 @@ counters! {
     /// Queued packets its work item handled (the others were drained by a packet or verb
     /// that came after them).
     rx_queue_worker_pkts,
+    /// Longest wait of a QP's work item (timers, transmit budget) between being queued and
+    /// running, in microseconds (see `qp::work_delay`).
+    work_delay_max_us,
+    /// Longest wait of a QP's receive queue work item between being queued and running, in
+    /// microseconds.
+    rx_queue_delay_max_us,
     /// On-demand-paging ranges faulted in because a packet or WQE found them not resident.
     odp_faults,
     /// Packets dropped while their QP waited for on-demand-paging memory (too many kept, or no

@@ -69,14 +69,16 @@ impl Default for LastBatch {
 /// halves disabled, so that all it sends enters one CPU's backlog, unless packets sent before
 /// `prev` could still be overtaken from here: then `send` does not run and the result is
 /// `Err(cpu)`, the CPU to send from instead. On success, the mark after what `send` sent (`prev`
-/// if it sent nothing). Bottom halves are enabled again before returning, which in process
-/// context delivers what the backlog holds at once.
+/// if it sent nothing). `settle` gets the result while bottom halves are still disabled, and
+/// what it returns is returned; then bottom halves are enabled again, which in process context
+/// delivers what the backlog holds at once.
 ///
 /// Process or softirq context, interrupts enabled.
-pub fn send_in_order(
+pub fn send_in_order<R>(
     prev: Option<BacklogMark>,
     send: impl FnOnce() -> usize,
-) -> Result<Option<BacklogMark>, u32> {
+    settle: impl FnOnce(Result<Option<BacklogMark>, u32>) -> R,
+) -> R {
     // SAFETY: callers run in process or softirq context with interrupts enabled, where bottom
     // halves may be disabled; the matching enable is below on every path.
     unsafe { b::rvr_local_bh_disable() };
@@ -95,9 +97,10 @@ pub fn send_in_order(
             }
         }
     };
+    let out = settle(res);
     // SAFETY: pairs with the disable above, in the same context.
     unsafe { b::rvr_local_bh_enable() };
-    res
+    out
 }
 
 /// How many packets wait in this CPU's receive backlog behind the one being received: a stream

@@ -198,11 +198,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         if classify_ack_psn(psn, self.una, self.high_psn) != AckPsnClass::Valid {
             // An ACK of the last acknowledged PSN while nothing is in flight is a credit update
             // (the initial ACK on entering RTR, or an unsolicited one; seed 003), not an answer
-            // to anything sent twice. Before anything was sent, the send PSN may not be known
-            // yet (the peer's initial ACK can overtake our step to RTS): any ACK is one then.
+            // to anything sent twice. Until something is sent after Reset, the send PSN may not be
+            // known (the peer's initial ACK can overtake our step to RTS): any ACK is one then.
             let credit_update = info.operation == Operation::Acknowledge
                 && matches!(h.aeth, Some(a) if a.syndrome.is_ack())
-                && (psn == self.una.prev() || self.counters.packets_sent == 0)
+                && (psn == self.una.prev() || !self.sent_any)
                 && self.una == self.high_psn;
             let c = &mut self.counters;
             if credit_update {

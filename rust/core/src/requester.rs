@@ -205,6 +205,9 @@ pub struct SqLogic<S> {
     pub(crate) counters: SqCounters,
     /// Set when a CQ overflow stopped retirement (class G): nothing more is retired.
     pub(crate) frozen: bool,
+    /// A packet went out since the QP left Reset. Until one has, the send PSN may not be
+    /// given yet, so `una` says nothing about what an ACK acknowledges.
+    pub(crate) sent_any: bool,
 }
 
 /// What the Qp must do after an SQ Logic step.
@@ -275,6 +278,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             cfg: SqConfig::default(),
             counters: SqCounters::default(),
             frozen: false,
+            sent_any: false,
         }
     }
 
@@ -303,6 +307,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.retry_psn = None;
         self.retry_resent = false;
         self.frozen = false;
+        self.sent_any = false;
         self.reload_retries();
     }
 
@@ -483,6 +488,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         bth.ack_req = true;
         out.transmit(ctx.path, &Headers::new(bth), PayloadSource::None);
         self.counters.packets_sent = self.counters.packets_sent.wrapping_add(1);
+        self.sent_any = true;
         self.counters.credit_probes = self.counters.credit_probes.wrapping_add(1);
     }
 
@@ -923,6 +929,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         };
         out.transmit(path, &h, payload);
         self.counters.packets_sent = self.counters.packets_sent.wrapping_add(1);
+        self.sent_any = true;
         if retrans {
             self.counters.retransmitted = self.counters.retransmitted.wrapping_add(1);
         }

@@ -13,11 +13,13 @@ mod modify_attr;
 mod outputs;
 mod routes;
 mod rx_queue;
+mod slots;
 mod timers;
 mod transmit;
 mod user_rings;
 pub(crate) mod user_wqe;
 mod verbs;
+mod work_delay;
 
 use super::counters::Counters;
 use super::cq::CqShared;
@@ -49,9 +51,8 @@ use timers::{QpTimer, QpTimers};
 use transmit::TxStream;
 use user_rings::UserRings;
 
-/// The core QP with kernel-allocated queue storage (kvmalloc: a queue `max_qp_wr` deep does
-/// not fit in one contiguous allocation).
-pub type CoreQp = Qp<KVVec<SendSlot>, KVVec<RecvSlot>>;
+/// The core QP with kernel-allocated queue storage (see [`slots`]).
+pub(crate) type CoreQp = Qp<slots::Slots<SendSlot>, slots::Slots<RecvSlot>>;
 
 /// Packets a work run transmits before it yields (it requeues itself).
 const WORK_BUDGET: usize = 64;
@@ -207,6 +208,9 @@ pub struct QpShared {
     rx: rx_queue::RxQueue,
     #[pin]
     rx_work: Work<QpShared, 4>,
+    /// When `work` and `rx_work` were queued (for the device's delay counters).
+    work_queued: work_delay::QueuedAt,
+    rx_work_queued: work_delay::QueuedAt,
     #[pin]
     timer: HrTimer<QpShared>,
 }
@@ -223,6 +227,7 @@ impl WorkItem for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
+        this.work_queued.ran(&this.dev.counters.work_delay_max_us);
         let route = this.inner.lock().paths.lookup_due();
         if route {
             this.refresh_routes();
@@ -307,6 +312,7 @@ impl QpShared {
 
     /// Queues the QP's work item (a no-op if it is queued already). Any context.
     pub(super) fn schedule(self: &Arc<Self>) {
+        self.work_queued.mark();
         let _ = workqueue::queue().enqueue::<_, 0>(self.clone());
     }
 

@@ -60,6 +60,8 @@ impl WorkItem<4> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
+        this.rx_work_queued
+            .ran(&this.dev.counters.rx_queue_delay_max_us);
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
         // bottom halves come back on.
         let _ = crate::sync::bh::with_bh_disabled(|| this.drive(Entry::RxQueue));
@@ -93,6 +95,7 @@ impl QpShared {
 
     /// Queues the receive queue's work item (a no-op if it is queued already).
     pub(super) fn schedule_rx(self: &Arc<Self>) {
+        self.rx_work_queued.mark();
         let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
     }
 

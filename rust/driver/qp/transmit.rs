@@ -219,21 +219,31 @@ impl QpShared {
             if s.busy.swap(true, Ordering::SeqCst) {
                 return;
             }
-            match backlog::send_in_order(s.last_batch.get(), || self.send_queued(&s.queue)) {
-                Ok(mark) => s.last_batch.set(mark),
-                Err(cpu) => {
+            let sent = backlog::send_in_order(
+                s.last_batch.get(),
+                || self.send_queued(&s.queue),
+                |res| {
+                    if let Ok(mark) = res {
+                        s.last_batch.set(mark);
+                    }
+                    // Free before bottom halves come back on: the softirq that then receives
+                    // what was sent (on a veth, on this CPU) sends what it builds itself. Held,
+                    // it would leave that to this context, which then loops for as long as the
+                    // stream flows, and stalls the stream whenever it is preempted.
                     s.busy.store(false, Ordering::SeqCst);
-                    Counters::inc(&self.dev.counters.tx_cpu_handoffs);
-                    // Already queued: that run sends these too.
-                    let _ = if requests {
-                        workqueue::enqueue_on::<_, 1>(cpu, self.clone())
-                    } else {
-                        workqueue::enqueue_on::<_, 2>(cpu, self.clone())
-                    };
-                    return;
-                }
+                    res
+                },
+            );
+            if let Err(cpu) = sent {
+                Counters::inc(&self.dev.counters.tx_cpu_handoffs);
+                // Already queued: that run sends these too.
+                let _ = if requests {
+                    workqueue::enqueue_on::<_, 1>(cpu, self.clone())
+                } else {
+                    workqueue::enqueue_on::<_, 2>(cpu, self.clone())
+                };
+                return;
             }
-            s.busy.store(false, Ordering::SeqCst);
             // A packet queued after our last pop but before the store above found us busy.
             if s.queue.is_empty() {
                 return;

@@ -8,6 +8,7 @@ use super::modify_attr;
 use super::outputs::QpOut;
 use super::routes::{QpPaths, Wanted};
 use super::rx_queue::RxQueue;
+use super::slots::Slots;
 use super::timers::QpTimers;
 use super::transmit::{self, TxStream};
 use super::user_rings::UserRings;
@@ -216,8 +217,8 @@ impl QpVerbs for RvrDevice {
                     qpn,
                     srq: srq.is_some(),
                 },
-                KVVec::from_elem(SendSlot::default(), sq_slots as usize, GFP_KERNEL)?,
-                KVVec::from_elem(RecvSlot::default(), rq_slots as usize, GFP_KERNEL)?,
+                Slots::new(SendSlot::default(), sq_slots as usize)?,
+                Slots::new(RecvSlot::default(), rq_slots as usize)?,
             )
             .ok_or(EINVAL)?;
             let inner = QpInner {
@@ -257,6 +258,8 @@ impl QpVerbs for RvrDevice {
                     odp_work <- kernel::new_work!("rvrdma_qp_odp"),
                     rx <- RxQueue::new(),
                     rx_work <- kernel::new_work!("rvrdma_qp_rx"),
+                    work_queued: Default::default(),
+                    rx_work_queued: Default::default(),
                     timer <- HrTimer::new(),
                 }),
                 GFP_KERNEL,

@@ -91,6 +91,40 @@ fn seed003_initial_ack_before_rts_is_a_credit_update() {
     assert_eq!((c.credit_acks_received, c.duplicate_responses), (1, 0));
 }
 
+/// The same on a QP used before: Reset forgets what it sent, so the new peer's initial ACK,
+/// arriving while the QP is back in RTR, is again a credit update.
+#[test]
+fn seed003_initial_ack_before_rts_after_reset_is_a_credit_update() {
+    let mut d = Duo::running(3);
+    d.post(0, send_wr(1, SendOpcode::Send, 8)).expect("post");
+    d.pump();
+    let before = d.e[0].qp.counters().sq;
+    assert!(before.packets_sent > 0, "the first connection sent");
+    let o = Opts {
+        pre_rtr_recvs: [0, 3],
+        ..Opts::default()
+    };
+    for i in 0..2 {
+        d.move_to(i, QpState::Reset);
+        d.go_init(i, o.pkeys[i]);
+    }
+    for _ in 0..3 {
+        d.post_recv(1, 4096).expect("recv");
+    }
+    for i in 0..2 {
+        d.go_rtr(i, &o);
+    }
+    d.take(0);
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "node 1's initial ACK");
+    d.deliver_all(0, &p);
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!(
+        (c.credit_acks_received, c.duplicate_responses),
+        (before.credit_acks_received + 1, before.duplicate_responses)
+    );
+}
+
 #[test]
 fn seed003_srq_reports_invalid_credit_code() {
     let mut d = Duo::new(Opts {

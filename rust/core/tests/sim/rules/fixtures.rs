@@ -242,7 +242,8 @@ impl Duo {
             .unwrap_or_else(|e| panic!("to {state:?}: {e:?}"));
     }
 
-    fn go_init(&mut self, i: usize, pkey: u16) {
+    /// Moves node `i` from Reset to Init with `pkey` and every remote access enabled.
+    pub fn go_init(&mut self, i: usize, pkey: u16) {
         let a = QpAttrs {
             qp_state: QpState::Init,
             pkey,
@@ -253,7 +254,8 @@ impl Duo {
         self.modify(i, &a, m).expect("INIT");
     }
 
-    fn go_rtr(&mut self, i: usize, o: &Opts) {
+    /// Moves node `i` from Init to RTR, connected to the other node as `o` says.
+    pub fn go_rtr(&mut self, i: usize, o: &Opts) {
         let a = QpAttrs {
             qp_state: QpState::Rtr,
             path: self.e[i].paths[0],
