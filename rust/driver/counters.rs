@@ -76,8 +76,8 @@ counters! {
     credit_probes,
     /// Unsolicited (credit update) ACKs sent.
     credit_acks_sent,
-    /// Credit update ACKs received (the peer's initial and unsolicited ACKs), counted apart
-    /// from duplicate responses.
+    /// Credit update ACKs received (the peer's initial and unsolicited ACKs, and its answers to
+    /// credit probes), counted apart from duplicate responses.
     credit_acks_rcvd,
     /// Duplicate responses dropped.
     duplicate_responses,
@@ -124,6 +124,9 @@ counters! {
     /// Queued packets its work item handled (the others were drained by a packet or verb
     /// that came after them).
     rx_queue_worker_pkts,
+    /// Times a receive queue was handled at high priority because its work item had waited
+    /// `URGENT_AFTER_MS` (see `qp::rx_queue`).
+    rx_queue_urgent_runs,
     /// Longest wait of a QP's work item (timers, transmit budget) between being queued and
     /// running, in microseconds (see `qp::work_delay`).
     work_delay_max_us,

@@ -13,7 +13,7 @@ use crate::bindings as b;
 use core::ptr::NonNull;
 use kernel::{
     prelude::*,
-    workqueue::{HasWork, Queue, RawWorkItem, Work},
+    workqueue::{HasDelayedWork, HasWork, Queue, RawWorkItem, Work},
 };
 
 /// An owned workqueue (`alloc_workqueue`), destroyed (drained first) on drop.
@@ -124,6 +124,17 @@ pub fn queue() -> &'static Queue {
     unsafe { Queue::from_raw(q) }
 }
 
+/// The module's per-CPU, high-priority workqueue: work queued on it runs on the queuing CPU
+/// (for a delayed item, the CPU its timer fires on) ahead of ordinary tasks.
+///
+/// Only callable while the module is initialised, as [`queue`].
+pub fn cpu_queue() -> &'static Queue {
+    let q = CPU_QUEUE.load(core::sync::atomic::Ordering::Acquire);
+    assert!(!q.is_null());
+    // SAFETY: as in `queue`: non-NULL means `ModuleQueue` is alive, and it outlives every caller.
+    unsafe { Queue::from_raw(q) }
+}
+
 /// The kernel's default unbound workqueue (`system_dfl_wq`, without `WQ_MEM_RECLAIM`): for work
 /// that may wait for memory reclaim, which the module's own queues must not.
 pub fn system_dfl() -> &'static Queue {
@@ -140,4 +151,19 @@ pub fn flush_work<T: HasWork<T, ID>, const ID: u64>(item: &T) -> bool {
     // SAFETY: `work` points at an initialised `Work` inside `item`, live for this call;
     // `flush_work` only waits.
     unsafe { b::flush_work(Work::raw_get(work)) }
+}
+
+/// Runs the delayed work item `W` embedded in `item` now if its timer is pending, and waits
+/// until it is neither queued nor running (`flush_delayed_work`). May sleep: process context
+/// only.
+pub fn flush_delayed_work<T: HasDelayedWork<T, ID>, const ID: u64>(item: &T) -> bool {
+    // SAFETY: `item` is a live `T`, so the pointer to its embedded `Work` is valid.
+    let work = unsafe { T::raw_get_work(core::ptr::from_ref(item).cast_mut()) };
+    // SAFETY: `work` points at an initialised `Work` inside `item`.
+    let ws = unsafe { Work::raw_get(work) };
+    // SAFETY: `HasDelayedWork` promises that this `work_struct` is the `work` field of a
+    // `delayed_work`, live as long as `item`.
+    let dw = unsafe { kernel::container_of!(ws, b::delayed_work, work) };
+    // SAFETY: `dw` is an initialised `delayed_work` inside `item`, live for this call.
+    unsafe { b::flush_delayed_work(dw) }
 }

@@ -105,7 +105,7 @@ run_set() {
 	if [ "$type" != rxe ]; then
 		for l in "$d0" "$d1"; do
 			echo "# $type $l: $(rdma statistic show link "$l/1" | tr ' ' '\n' | paste - - |
-				grep -E '^(rx_queue|work_delay|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr)' |
+				grep -E '^(rx_queue|work_delay|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|credit_acks|dup)' |
 				tr '\t\n' '= ')" >&2
 		done
 	fi

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 5
+ktap_set_plan 6
 dut_setup 1
 pair_up
 
@@ -17,4 +17,8 @@ check "no RNR NAK sent by the responder (send_rnr_err = 0)" test "$(link_stat "$
 check "no RNR NAK received by the requester (rcvd_rnr_err = 0)" test "$(link_stat "${DUT}0" rcvd_rnr_err)" -eq 0
 check "the requester counted a credit stall (credit_stalls > 0)" test "$(link_stat "${DUT}0" credit_stalls)" -gt 0
 check "the responder sent a credit update (credit_acks_sent > 0)" test "$(link_stat "${DUT}1" credit_acks_sent)" -gt 0
+# A receive taken from the user ring makes the responder send its credit update there and then:
+# the packet must leave, not be counted as built and dropped.
+check "every packet built left its device (send_err = 0 on both)" \
+	test "$(($(link_stat "${DUT}0" send_err) + $(link_stat "${DUT}1" send_err)))" -eq 0
 ktap_finished

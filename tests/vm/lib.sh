@@ -354,6 +354,29 @@ link_stat() {
 	rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v n="$2" '$0 == n { getline; print; exit }'
 }
 
+# Counters that move only when a packet was lost (send_err: built, then not sent), duplicated or
+# reordered.
+RETRY_COUNTERS=(retransmitted_pkts completer_retry_err duplicate_responses out_of_seq_request
+	rcvd_seq_err duplicate_request transport_timeouts send_err)
+
+# retry_counters: DEV/COUNTER=VALUE lines of RETRY_COUNTERS for ${DUT}0 and ${DUT}1.
+retry_counters() {
+	local d c
+	for d in "${DUT}0" "${DUT}1"; do
+		for c in "${RETRY_COUNTERS[@]}"; do printf '%s/%s=%s\n' "$d" "$c" "$(link_stat "$d" "$c")"; done
+	done
+}
+
+# retry_counters_unchanged CMD...: runs CMD; fails if it fails or if it moved a retry counter.
+retry_counters_unchanged() {
+	local before after
+	before=$(retry_counters) || return 1
+	"$@" || return 1
+	after=$(retry_counters) || return 1
+	grep -q '=[0-9]' <<<"$after" || { echo "no counters read: $after"; return 1; }
+	diff <(echo "$before") <(echo "$after") && echo "retry counters unchanged: $(tr '\n' ' ' <<<"$after")"
+}
+
 # ---- helpers in Python ---------------------------------------------------------------------------
 
 # run_points POINTS NAME CMD...: a helper NAME that prints "ok DESC" / "not ok DESC[: WHY]" lines (anything

@@ -180,10 +180,13 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         let psn = h.bth.psn;
         let info = h.info();
         let (una0, retries0) = (self.una, self.counters.retries);
+        let mut new_report = false;
         // Seed 003: every positive ACK (also duplicates, ghosts, unsolicited ones) carries the
         // peer's MSN and credits.
         if let Some(a) = h.aeth {
             if let Syndrome::Ack { credit } = a.syndrome {
+                new_report = self.last_credit_report != Some((a.msn, credit));
+                self.last_credit_report = Some((a.msn, credit));
                 if ctx.transport == Transport::Rc {
                     self.credit = self.credit.update(a.msn, credit);
                     self.credit_known = !self.credit.is_unlimited();
@@ -196,14 +199,26 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             }
         }
         if classify_ack_psn(psn, self.una, self.high_psn) != AckPsnClass::Valid {
-            // An ACK of the last acknowledged PSN while nothing is in flight is a credit update
-            // (the initial ACK on entering RTR, or an unsolicited one; seed 003), not an answer
-            // to anything sent twice. Until something is sent after Reset, the send PSN may not be
-            // known (the peer's initial ACK can overtake our step to RTS): any ACK is one then.
-            let credit_update = info.operation == Operation::Acknowledge
-                && matches!(h.aeth, Some(a) if a.syndrome.is_ack())
-                && (psn == self.una.prev() || !self.sent_any)
-                && self.una == self.high_psn;
+            // An ACK of the last acknowledged PSN is a credit update (the initial ACK on entering
+            // RTR, or an unsolicited one; seed 003), not an answer to anything sent twice, when
+            // nothing is in flight or when its MSN or credits differ from the last ACK's (the
+            // responder sends one when receives are posted, whatever is in flight; a repeated
+            // answer reports what the last one did). Until something is sent after Reset, the
+            // send PSN may not be known (the peer's initial ACK can overtake our step to RTS):
+            // any ACK is one then.
+            // Nor is the answer to a credit probe: an ACK of nothing new that reports what the
+            // last one did answers a probe while one is unanswered (an ACK that reports news is
+            // the responder's own update, and leaves the probe's answer to come).
+            let positive_ack = info.operation == Operation::Acknowledge
+                && matches!(h.aeth, Some(a) if a.syndrome.is_ack());
+            let update = positive_ack
+                && ((psn == self.una.prev() && (self.una == self.high_psn || new_report))
+                    || (!self.sent_any && self.una == self.high_psn));
+            let probe_answer = positive_ack && !new_report && self.probes_unanswered > 0;
+            if probe_answer {
+                self.probes_unanswered -= 1;
+            }
+            let credit_update = update || probe_answer;
             let c = &mut self.counters;
             if credit_update {
                 c.credit_acks_received = c.credit_acks_received.wrapping_add(1);

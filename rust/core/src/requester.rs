@@ -137,8 +137,9 @@ pub struct SqCounters {
     pub responses_received: u64,
     /// Duplicate or ghost responses dropped.
     pub duplicate_responses: u64,
-    /// ACKs of the last acknowledged PSN received while nothing was in flight: the peer's
-    /// credit updates (its initial ACK, unsolicited ones), counted apart from duplicates.
+    /// ACKs of nothing new that are the peer's credit reports, counted apart from duplicates:
+    /// its initial ACK, its unsolicited updates (new MSN or credits, or nothing in flight) and
+    /// its answers to credit probes.
     pub credit_acks_received: u64,
 }
 
@@ -170,6 +171,9 @@ pub struct SqLogic<S> {
     pub(crate) uncredited: Option<u64>,
     /// The peer has reported its credits in an ACK (a value other than `0x1F`).
     pub(crate) credit_known: bool,
+    /// The MSN and credit code of the last positive ACK: an ACK of nothing new that reports
+    /// others is a credit update, not a duplicate response.
+    pub(crate) last_credit_report: Option<(u32, u8)>,
     /// A limited message waits for the peer's credits (see `transmit`).
     pub(crate) credit_hold: bool,
     /// The credit probe timer expired during a credit hold: one credit probe may go.
@@ -179,6 +183,9 @@ pub struct SqLogic<S> {
     pub(crate) credit_probes: u32,
     /// When the oldest credit probe still unanswered went out.
     pub(crate) probe_since: Option<u64>,
+    /// Credit probes whose answer has not come yet: an ACK of nothing new is one of them, not a
+    /// duplicate response, even when it comes after the credits it was to draw.
+    pub(crate) probes_unanswered: u32,
     pub(crate) retry_left: u8,
     /// PSN the last retry rewound to, until the oldest unacknowledged PSN moves.
     pub(crate) retry_psn: Option<Psn>,
@@ -263,10 +270,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             credit_wait: None,
             uncredited: None,
             credit_known: false,
+            last_credit_report: None,
             credit_hold: false,
             credit_probe_due: false,
             credit_probes: 0,
             probe_since: None,
+            probes_unanswered: 0,
             retry_left: 7,
             retry_psn: None,
             retry_resent: false,
@@ -296,10 +305,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.credit_wait = None;
         self.uncredited = None;
         self.credit_known = false;
+        self.last_credit_report = None;
         self.credit_hold = false;
         self.credit_probe_due = false;
         self.credit_probes = 0;
         self.probe_since = None;
+        self.probes_unanswered = 0;
         self.rnr_until = None;
         self.rto_deadline = None;
         self.rd_atomic_out = 0;
@@ -490,6 +501,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.counters.packets_sent = self.counters.packets_sent.wrapping_add(1);
         self.sent_any = true;
         self.counters.credit_probes = self.counters.credit_probes.wrapping_add(1);
+        self.probes_unanswered = self.probes_unanswered.saturating_add(1);
     }
 
     /// Stops the transport timer (Local ACK Timeout) if it runs.

@@ -43,7 +43,7 @@ use kernel::{
     prelude::*,
     sync::Arc,
     time::hrtimer::HrTimer,
-    workqueue::{Work, WorkItem},
+    workqueue::{DelayedWork, Work, WorkItem},
 };
 use outputs::QpOut;
 use routes::QpPaths;
@@ -208,6 +208,9 @@ pub struct QpShared {
     rx: rx_queue::RxQueue,
     #[pin]
     rx_work: Work<QpShared, 4>,
+    /// Handles the receive queue at high priority when `rx_work` waits too long.
+    #[pin]
+    rx_urgent: DelayedWork<QpShared, 5>,
     /// When `work` and `rx_work` were queued (for the device's delay counters).
     work_queued: work_delay::QueuedAt,
     rx_work_queued: work_delay::QueuedAt,
@@ -221,6 +224,10 @@ kernel::impl_has_work! {
     impl HasWork<Self, 2> for QpShared { self.responses_work }
     impl HasWork<Self, 3> for QpShared { self.odp_work }
     impl HasWork<Self, 4> for QpShared { self.rx_work }
+}
+
+kernel::impl_has_delayed_work! {
+    impl HasDelayedWork<Self, 5> for QpShared { self.rx_urgent }
 }
 
 impl WorkItem for QpShared {
@@ -578,7 +585,12 @@ fn destroy(qp: Arc<QpShared>) {
     // period no receive path holds a reference taken before the QP left the table, and none
     // queues a packet or the receive queue's work any more.
     crate::sync::rcu::synchronize();
+    // The receive queue's two work items queue each other, but only from a drive that began
+    // before `dead` was set: once each has been waited for, what is left is at most the urgent
+    // one's timer, armed by the other (and what it drives finds the QP dead).
+    workqueue::flush_delayed_work::<_, 5>(&*qp);
     workqueue::flush_work::<_, 4>(&*qp);
+    workqueue::flush_delayed_work::<_, 5>(&*qp);
     qp.purge_rx();
     // Every context that could hand the sending (or a fault) over has finished by now. The
     // fault work runs on a system workqueue: it must be done before the module may go.

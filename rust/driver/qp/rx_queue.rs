@@ -16,6 +16,13 @@
 //! CPU is held back exactly as when everything was handled there: that is the flow control.
 //! A lone or small packet finds the queue empty and is handled at once, so latency is
 //! unchanged.
+//!
+//! The work item runs at normal priority, so that it does not take the CPU from the tasks
+//! that post receives and poll completions. Behind such a task busy-polling a CQ it can wait
+//! hundreds of milliseconds, longer than the peer's Local ACK Timeout: when the last packets of
+//! a window wait there, nothing more arrives and the peer resends the window. So a second,
+//! delayed work item on the module's high-priority per-CPU queue is armed with it; if packets
+//! still wait `URGENT_AFTER_MS` later, it handles them all there.
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::{Entry, QpShared};
@@ -23,7 +30,7 @@ use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
 use crate::sync::workqueue;
 use core::sync::atomic::Ordering;
-use kernel::{prelude::*, sync::Arc, workqueue::WorkItem};
+use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
 
 /// A payload at least this long is worth handing to another CPU.
 const BULK: usize = 512;
@@ -33,6 +40,12 @@ const STREAM: u32 = 4;
 const MAX_QUEUED: usize = 64;
 /// Packets the work item handles per hold of the QP lock.
 pub(super) const BATCH: usize = 16;
+/// How long packets may wait in the queue before they are handled at high priority: well below
+/// the shortest Local ACK Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long
+/// enough that the work item at normal priority nearly always gets there first.
+const URGENT_AFTER_MS: u32 = 5;
+/// Batches an urgent run handles at most (the queue holds `MAX_QUEUED` packets).
+const URGENT_ROUNDS: usize = MAX_QUEUED.div_ceil(BATCH) + 1;
 
 /// The receive queue of a QP.
 #[pin_data]
@@ -68,6 +81,23 @@ impl WorkItem<4> for QpShared {
     }
 }
 
+impl WorkItem<5> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        if !this.rx_waiting() {
+            return;
+        }
+        Counters::inc(&this.dev.counters.rx_queue_urgent_runs);
+        for _ in 0..URGENT_ROUNDS {
+            let _ = crate::sync::bh::with_bh_disabled(|| this.drive(Entry::RxQueue));
+            if !this.rx_waiting() {
+                break;
+            }
+        }
+    }
+}
+
 impl QpShared {
     /// Whether a received packet with a payload of `len` bytes goes to the receive queue:
     /// always while the queue holds packets (the order), else when it is bulk and a stream is
@@ -93,10 +123,14 @@ impl QpShared {
         self.schedule_rx();
     }
 
-    /// Queues the receive queue's work item (a no-op if it is queued already).
+    /// Queues the receive queue's work item and arms the urgent one (each a no-op if it is
+    /// queued already). The urgent one is armed even when the work item was queued already: an
+    /// urgent run may have emptied the queue since, and what comes now needs a deadline too.
     pub(super) fn schedule_rx(self: &Arc<Self>) {
         self.rx_work_queued.mark();
         let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+        let _ = workqueue::cpu_queue()
+            .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
     }
 
     /// Takes the oldest waiting packet, if any. Under the QP lock, so that packets are handled

@@ -99,12 +99,15 @@ impl UserRings {
             sq_pulled,
             ..
         } = self;
-        // Taking WQEs sends nothing (`progress` does): no routes needed.
-        let mut out = QpOut::new(qp, true, timers, pending, &[], None).with_rq(rq.as_ref());
         if let Some(rq) = rq.as_ref() {
+            // A receive WQE may let the responder send a credit update: it needs the routes.
+            let mut out = QpOut::new(qp, true, timers, pending, &[], Some(&paths.routes))
+                .with_rq(Some(rq));
             pull_recv(core, rq, elem, qp.max_recv_sge, &mut out);
         }
         if let Some(sq) = sq.as_mut() {
+            // Taking send WQEs sends nothing (`progress` does): no routes needed.
+            let mut out = QpOut::new(qp, true, timers, pending, &[], None).with_rq(rq.as_ref());
             let mut send = SendPull {
                 sq,
                 elem,

@@ -258,6 +258,7 @@ impl QpVerbs for RvrDevice {
                     odp_work <- kernel::new_work!("rvrdma_qp_odp"),
                     rx <- RxQueue::new(),
                     rx_work <- kernel::new_work!("rvrdma_qp_rx"),
+                    rx_urgent <- kernel::new_delayed_work!("rvrdma_qp_rx_urgent"),
                     work_queued: Default::default(),
                     rx_work_queued: Default::default(),
                     timer <- HrTimer::new(),

@@ -344,6 +344,32 @@ fn seed003_credit_probe_is_a_duplicate_that_draws_the_current_credits() {
     assert_eq!(d.e[1].qp.rq_logic().credits(), 1, "the probe took no WQE");
 }
 
+/// A credit probe's answer that comes after the unsolicited ACK it was to stand in for (the
+/// Send already in flight) answers the probe: it is no duplicate response.
+#[test]
+fn seed003_late_probe_answer_is_not_a_duplicate_response() {
+    let mut d = Duo::credits_known(Opts::default()); // 0 credits
+    d.post(0, send_wr(1, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty(), "held for credits");
+    d.fire(0, Timer::Retransmit);
+    d.progress(0);
+    let probe = d.take(0);
+    assert_eq!(probe.len(), 1, "the probe");
+    d.post_recv(1, 64).expect("recv");
+    d.flow(1); // the unsolicited ACK
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 1, "the Send left");
+    let before = d.e[0].qp.counters().sq;
+    d.deliver_all(1, &probe);
+    d.flow(1); // the probe's answer
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!(
+        (c.credit_acks_received, c.duplicate_responses),
+        (before.credit_acks_received + 1, before.duplicate_responses)
+    );
+}
+
 #[test]
 fn seed003_fence_waits_for_earlier_reads() {
     let mut d = Duo::credits_known(Opts {
@@ -380,6 +406,37 @@ fn seed003_unsolicited_ack_when_receives_posted_to_stalled_peer() {
         Syndrome::Ack {
             credit: encode_credit(1)
         }
+    );
+}
+
+/// The responder announces new credits as soon as receives are posted, whatever the requester
+/// has in flight: that ACK repeats the last acknowledged PSN but grants credits, so it is a
+/// credit update, not a duplicate response. Its replay, granting nothing new, is a duplicate.
+#[test]
+fn seed003_unsolicited_ack_while_a_request_is_in_flight_is_a_credit_update() {
+    let mut d = Duo::credits_known(Opts::default());
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 8))
+        .expect("post");
+    d.progress(0);
+    assert!(!d.take(0).is_empty(), "the Write is in flight");
+    d.post_recv(1, 64).expect("recv");
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "the unsolicited ACK with the new credit");
+    let before = d.e[0].qp.counters().sq;
+    d.deliver_all(0, &p);
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!(
+        (c.credit_acks_received, c.duplicate_responses),
+        (before.credit_acks_received + 1, before.duplicate_responses)
+    );
+    d.deliver_all(0, &p);
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!(
+        (c.credit_acks_received, c.duplicate_responses),
+        (
+            before.credit_acks_received + 1,
+            before.duplicate_responses + 1
+        )
     );
 }
 
