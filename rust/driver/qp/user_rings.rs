@@ -101,8 +101,8 @@ impl UserRings {
         } = self;
         if let Some(rq) = rq.as_ref() {
             // A receive WQE may let the responder send a credit update: it needs the routes.
-            let mut out = QpOut::new(qp, true, timers, pending, &[], Some(&paths.routes))
-                .with_rq(Some(rq));
+            let mut out =
+                QpOut::new(qp, true, timers, pending, &[], Some(&paths.routes)).with_rq(Some(rq));
             pull_recv(core, rq, elem, qp.max_recv_sge, &mut out);
         }
         if let Some(sq) = sq.as_mut() {
