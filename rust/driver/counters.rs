@@ -124,8 +124,8 @@ counters! {
     /// Queued packets its work item handled (the others were drained by a packet or verb
     /// that came after them).
     rx_queue_worker_pkts,
-    /// Times a receive queue was handled at high priority because its work item had waited
-    /// `URGENT_AFTER_MS` (see `qp::rx_queue`).
+    /// Times a receive queue was handled at high priority because packets still waited when
+    /// its deadline came, `URGENT_AFTER_MS` after it was armed (see `qp::rx_queue`).
     rx_queue_urgent_runs,
     /// Longest wait of a QP's work item (timers, transmit budget) between being queued and
     /// running, in microseconds (see `qp::work_delay`).

@@ -355,15 +355,20 @@ link_stat() {
 }
 
 # Counters that move only when a packet was lost (send_err: built, then not sent), duplicated or
-# reordered.
+# reordered; and duplicate_request, less the peer's credit probes (a probe is a duplicate request
+# by design, seed 003: it asks a requester's way for credits while its peer has posted none).
 RETRY_COUNTERS=(retransmitted_pkts completer_retry_err duplicate_responses out_of_seq_request
-	rcvd_seq_err duplicate_request transport_timeouts send_err)
+	rcvd_seq_err transport_timeouts send_err)
 
 # retry_counters: DEV/COUNTER=VALUE lines of RETRY_COUNTERS for ${DUT}0 and ${DUT}1.
 retry_counters() {
-	local d c
+	local d c peer dup probes
 	for d in "${DUT}0" "${DUT}1"; do
 		for c in "${RETRY_COUNTERS[@]}"; do printf '%s/%s=%s\n' "$d" "$c" "$(link_stat "$d" "$c")"; done
+		peer=${DUT}0
+		[ "$d" = "${DUT}0" ] && peer=${DUT}1
+		dup=$(link_stat "$d" duplicate_request) probes=$(link_stat "$peer" credit_probes)
+		printf '%s/duplicate_request-peer_credit_probes=%s\n' "$d" "$((${dup:-0} - ${probes:-0}))"
 	done
 }
 

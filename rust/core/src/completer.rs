@@ -206,15 +206,16 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             // answer reports what the last one did). Until something is sent after Reset, the
             // send PSN may not be known (the peer's initial ACK can overtake our step to RTS):
             // any ACK is one then.
-            // Nor is the answer to a credit probe: an ACK of nothing new that reports what the
-            // last one did answers a probe while one is unanswered (an ACK that reports news is
-            // the responder's own update, and leaves the probe's answer to come).
+            // Nor is the answer to a credit probe: an ACK of the last probe's PSN that reports
+            // what the last ACK did answers it while one is unanswered (an ACK that reports news
+            // is the responder's own update, and leaves the probe's answer to come).
             let positive_ack = info.operation == Operation::Acknowledge
                 && matches!(h.aeth, Some(a) if a.syndrome.is_ack());
             let update = positive_ack
                 && ((psn == self.una.prev() && (self.una == self.high_psn || new_report))
                     || (!self.sent_any && self.una == self.high_psn));
-            let probe_answer = positive_ack && !new_report && self.probes_unanswered > 0;
+            let probe_answer =
+                positive_ack && !new_report && psn == self.probe_psn && self.probes_unanswered > 0;
             if probe_answer {
                 self.probes_unanswered -= 1;
             }

@@ -183,9 +183,12 @@ pub struct SqLogic<S> {
     pub(crate) credit_probes: u32,
     /// When the oldest credit probe still unanswered went out.
     pub(crate) probe_since: Option<u64>,
-    /// Credit probes whose answer has not come yet: an ACK of nothing new is one of them, not a
-    /// duplicate response, even when it comes after the credits it was to draw.
+    /// Credit probes at `probe_psn` whose answer has not come yet: an ACK of that PSN that
+    /// reports what the last one did is one of them, not a duplicate response, even when it
+    /// comes after the credits it was to draw.
     pub(crate) probes_unanswered: u32,
+    /// The PSN of the last credit probe.
+    pub(crate) probe_psn: Psn,
     pub(crate) retry_left: u8,
     /// PSN the last retry rewound to, until the oldest unacknowledged PSN moves.
     pub(crate) retry_psn: Option<Psn>,
@@ -276,6 +279,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             credit_probes: 0,
             probe_since: None,
             probes_unanswered: 0,
+            probe_psn: Psn::ZERO,
             retry_left: 7,
             retry_psn: None,
             retry_resent: false,
@@ -311,6 +315,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.credit_probes = 0;
         self.probe_since = None;
         self.probes_unanswered = 0;
+        self.probe_psn = Psn::ZERO;
         self.rnr_until = None;
         self.rto_deadline = None;
         self.rd_atomic_out = 0;
@@ -492,6 +497,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
     fn send_credit_probe<O: Outputs>(&mut self, now: u64, ctx: &TxCtx<'_>, out: &mut O) {
         if self.probe_since.is_none() {
             self.probe_since = Some(now);
+        }
+        // Answers to probes of an earlier PSN can no longer be told from duplicates.
+        if self.probe_psn != self.una.prev() {
+            self.probe_psn = self.una.prev();
+            self.probes_unanswered = 0;
         }
         let mut bth = Bth::new(Opcode::RcSendOnly, ctx.dest_qp, self.una.prev());
         bth.mig_req = ctx.mig_req;

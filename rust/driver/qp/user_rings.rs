@@ -104,6 +104,9 @@ impl UserRings {
             let mut out =
                 QpOut::new(qp, true, timers, pending, &[], Some(&paths.routes)).with_rq(Some(rq));
             pull_recv(core, rq, elem, qp.max_recv_sge, &mut out);
+            // An update built for a path without a route yet: the work item looks it up.
+            let need_route = out.need_route;
+            paths.need_route |= need_route;
         }
         if let Some(sq) = sq.as_mut() {
             // Taking send WQEs sends nothing (`progress` does): no routes needed.

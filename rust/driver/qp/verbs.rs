@@ -58,6 +58,9 @@ impl QpShared {
                 Some(&inner.paths.routes),
             );
             let res = post(&mut inner.core, &mut out, &mut wanted);
+            // A credit update built for a path without a route yet: the work item looks it up.
+            let need_route = out.need_route;
+            inner.paths.need_route |= need_route;
             for p in wanted.0.iter().flatten() {
                 inner.paths.want(p);
             }
