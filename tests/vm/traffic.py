@@ -101,6 +101,7 @@ QP_OPS = {
 }
 QP_TYPES = {"rc": e.IBV_QPT_RC, "uc": e.IBV_QPT_UC, "ud": e.IBV_QPT_UD}
 GRH_LEN = 40  # the GRH area in front of every UD receive buffer
+ARP_TRIES = 5  # tries of a connect or an address handle (see Traffic.retry_arp)
 WR_OPCODE = {
     "send": e.IBV_WR_SEND,
     "send_imm": e.IBV_WR_SEND_WITH_IMM,
@@ -498,7 +499,7 @@ class Traffic:
         """Two QPs, one on each side, connected to each other (RC or UC)."""
         access = ACCESS if self.args.qp_type == "rc" else \
             e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-        for attempt in range(1, 4):
+        for attempt in range(1, ARP_TRIES + 1):
             qs = [self.new_qp(s) for s in (self.a, self.b)]
             qa, qb = qs
             try:
@@ -514,10 +515,15 @@ class Traffic:
 
     def retry_arp(self, ex, attempt, what):
         """Modify QP to RTR and Create AH resolve the peer's MAC address: on a lossy link the
-        ARP or neighbour solicitation may go unanswered (ETIMEDOUT). Returns to try again."""
-        if "Errno: 110" not in str(ex) or attempt == 3:
+        ARP or neighbour solicitation may go unanswered (ETIMEDOUT), and while a flapping link
+        is down there is no route to the peer (ENETUNREACH: a pair made for a Send with
+        Invalidate step connects while the traffic runs). Returns to try again."""
+        down = "Errno: 101" in str(ex)
+        if not (down or "Errno: 110" in str(ex)) or attempt == ARP_TRIES:
             raise ex
         self.info("%s: %s; trying again" % (what, str(ex).strip()))
+        if down:
+            time.sleep(0.6)  # longer than a flap's down phase (65-link-flaps)
 
     def setup_ud(self):
         """--qps UD QPs on each side, one Q_Key for all, an address handle of the peer on each
@@ -525,7 +531,7 @@ class Traffic:
         self.qkey = self.rng.getrandbits(31)  # the top bit would mean "the QP's own Q_Key"
         for s, peer in ((self.a, self.b), (self.b, self.a)):
             gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=s.dev.gid_index, hop_limit=64)
-            for attempt in range(1, 4):
+            for attempt in range(1, ARP_TRIES + 1):
                 try:
                     s.ah = AH(s.pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
                     break
