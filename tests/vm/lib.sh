@@ -355,8 +355,8 @@ link_stat() {
 }
 
 # Counters that move only when a packet was lost (send_err: built, then not sent), duplicated or
-# reordered; and duplicate_request, less the peer's credit probes (a probe is a duplicate request
-# by design, seed 003: it asks a requester's way for credits while its peer has posted none).
+# reordered; and duplicate_request, less the peer's credit probes (seed 003: a requester held for
+# credits asks for them with a probe, which is a duplicate request by design).
 RETRY_COUNTERS=(retransmitted_pkts completer_retry_err duplicate_responses out_of_seq_request
 	rcvd_seq_err transport_timeouts send_err)
 

@@ -206,6 +206,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             // answer reports what the last one did). Until something is sent after Reset, the
             // send PSN may not be known (the peer's initial ACK can overtake our step to RTS):
             // any ACK is one then.
+            //
             // Nor is the answer to a credit probe: an ACK of the last probe's PSN that reports
             // what the last ACK did answers it while one is unanswered (an ACK that reports news
             // is the responder's own update, and leaves the probe's answer to come).
