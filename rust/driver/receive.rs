@@ -12,7 +12,7 @@
 use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
-use super::qp::QpShared;
+use super::qp::{bulk_len, QpShared};
 use crate::net::roce::{RoceRx, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
@@ -152,7 +152,9 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             qpn => dev.qp(qpn, p.port),
         };
         match (qp, &p.decoded) {
-            (Some(qp), Ok((_, payload))) if p.direct && qp.queues_rx(payload.len()) => Some(qp),
+            (Some(qp), Ok((h, payload))) if p.direct && qp.queues_rx(bulk_len(h, payload)) => {
+                Some(qp)
+            }
             (qp, _) => {
                 deliver(dev, p, qp);
                 None

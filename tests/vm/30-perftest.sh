@@ -5,7 +5,7 @@
 
 tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
 ktap_print_header
-ktap_set_plan $((${#tests[@]} + 2))
+ktap_set_plan $((${#tests[@]} + 4))
 dut_setup 1
 pair_up
 
@@ -27,6 +27,37 @@ clean_streams() {
 }
 check "a clean link needs no retransmission: ib_send_bw 4 KiB and ib_write_bw 64 KiB move no retry counter" \
 	retry_counters_unchanged clean_streams
+# A stream's RDMA Read requests count as bulk by the responses they ask for: the responder queues
+# them and answers them on another CPU. Here ${DUT}1 only answers Reads (ib_read_bw's server;
+# traffic.py --dir a2b --ops read), so all it queues are Read requests. traffic.py checks every
+# byte of its own Reads, posted among the stream's.
+rc_rts() { rdma resource show qp link "$1/1" | grep -q "type RC state RTS"; }
+reads_under_stream() {
+	local stop out pid rc=0
+	stop=$(mktemp -u) out=$(mktemp)
+	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
+		--dir a2b --ops read --sizes 1,1024,4096,65536 --random 20000 --until "$stop" \
+		--timeout "$((60 * ${RVRDMA_TIME_SCALE:-1}))" >"$out" 2>&1 &
+	pid=$!
+	wait_for 120 rc_rts "${DUT}1" || { echo "traffic.py's QPs did not reach RTS"; rc=1; }
+	[ "$rc" -eq 0 ] && { pf_run ib_read_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -s 4096 -n 4000 || rc=1; }
+	touch "$stop"
+	wait "$pid" || rc=1
+	tail -n 3 "$out"
+	rm -f "$stop" "$out"
+	return "$rc"
+}
+queued_before=$(link_stat "${DUT}1" rx_queued_pkts)
+check "traffic.py's Reads bring back intact data while ib_read_bw 4 KiB streams Reads at the same responder" \
+	reads_under_stream
+if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
+	queued_reads=$(($(link_stat "${DUT}1" rx_queued_pkts) - queued_before))
+	diag "Read requests ${DUT}1 queued during the stream: $queued_reads"
+	check "the responder handed Read requests of the stream to its receive queue" \
+		test "$queued_reads" -gt 0
+else
+	ktap_test_skip "the responder handed Read requests of the stream to its receive queue: rvrdma's counter"
+fi
 # Scale: 1,024 QPs on each side, none with a receive posted. Idle QPs must cost no CPU: a timer
 # per QP that fired on its own would starve the guest at this count and the run would not end.
 # perftest checks no data; this proves that the device stays live at scale.

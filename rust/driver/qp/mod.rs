@@ -21,6 +21,8 @@ pub(crate) mod user_wqe;
 mod verbs;
 mod work_delay;
 
+pub(crate) use rx_queue::bulk_len;
+
 use super::counters::Counters;
 use super::cq::CqShared;
 use super::dev_shared::DevShared;

@@ -5,7 +5,8 @@
 //! A veth hands each packet to the backlog of the CPU that sent it, so the sender's CPU also
 //! does all the receiving. While a stream arrives (the CPU's backlog holds more packets behind
 //! this one), a QP's bulk packets go to its receive queue, and a work item handles them on
-//! another CPU, ICRC check included. The order holds:
+//! another CPU, ICRC check included. An RDMA Read request counts as bulk by the responses it
+//! asks for: whoever handles it builds and sends them. The order holds:
 //! - a packet that arrives while the queue holds packets joins it, whatever its size;
 //! - a packet handled at once finds the queue empty, or drains it first;
 //! - the QP's work item drains it before it acts on an expired timer (a response waiting
@@ -28,6 +29,7 @@ use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::{Entry, QpShared};
 use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
+use crate::rvcore::wire::{opcode::Operation, Headers};
 use crate::sync::workqueue;
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
@@ -98,8 +100,17 @@ impl WorkItem<5> for QpShared {
     }
 }
 
+/// The bytes handling a received packet moves: its payload, or for an RDMA Read request the
+/// bytes of the responses it asks for.
+pub(crate) fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
+    match (h.bth.opcode.info().operation, h.reth) {
+        (Operation::RdmaReadRequest, Some(r)) => r.dma_len as usize,
+        _ => payload.len(),
+    }
+}
+
 impl QpShared {
-    /// Whether a received packet with a payload of `len` bytes goes to the receive queue:
+    /// Whether a received packet that moves `len` bytes ([`bulk_len`]) goes to the receive queue:
     /// always while the queue holds packets (the order), else when it is bulk and a stream is
     /// arriving on an RC QP with the device's `rx_spread` switch on; never past the
     /// queue's or the device's limit (the caller then handles it at once, after the queue).
