@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end credits (seed 003) seen from user space: a Send posted while the peer's RQ is
 # empty waits, and goes as soon as the peer posts a receive, without a single RNR NAK; the
-# counters show the credit stall and no RNR NAK on either side.
+# counters show the credit stall and no RNR NAK on either side. Messages that each wait for
+# credits need no retransmission.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 6
+ktap_set_plan 8
 dut_setup 1
 pair_up
 
@@ -26,4 +27,13 @@ no_send_err() {
 	[ "$a" = 0 ] && [ "$b" = 0 ]
 }
 check "every packet built left its device (send_err = 0 on both)" no_send_err
+
+# A hold arms its credit probes on the transport timer: the message that goes when the credits
+# come must be timed by the Local ACK Timeout (67 ms here), not by the probe due next.
+HOLDS=40
+stalls=$(link_stat "${DUT}0" credit_stalls)
+check "$HOLDS x 64 KiB Sends, each held for credits, arrive intact and move no retry counter" \
+	retry_counters_unchanged $PY "$RVRDMA_TESTS_DIR/credit_holds.py" "${DUT}0" "$GA" "${DUT}1" "$GB" "$HOLDS"
+check "each of them was held (credit_stalls rose by $HOLDS)" \
+	test "$(($(link_stat "${DUT}0" credit_stalls) - ${stalls:-0}))" -ge "$HOLDS"
 ktap_finished

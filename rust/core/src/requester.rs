@@ -692,6 +692,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                             }
                             no_credit = true;
                         } else {
+                            if self.credit_hold && self.una == self.high_psn {
+                                // The timer's slot holds the next credit probe: this message
+                                // is timed by the Local ACK Timeout from its first packet.
+                                self.cancel_rto(out);
+                            }
                             self.credit_hold = false;
                             self.credit_probe_due = false;
                             self.credit_probes = 0;

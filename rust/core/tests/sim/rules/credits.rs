@@ -344,6 +344,42 @@ fn seed003_credit_probe_is_a_duplicate_that_draws_the_current_credits() {
     assert_eq!(d.e[1].qp.rq_logic().credits(), 1, "the probe took no WQE");
 }
 
+/// A hold arms its credit probe in the transport timer's slot (nothing is in flight then).
+/// When the credits come, the message that goes is timed by the Local ACK Timeout from its
+/// first packet: the probe's deadline, a millisecond after the hold began, would resend a
+/// message the responder is still receiving.
+#[test]
+fn seed003_message_after_a_credit_hold_is_timed_by_the_local_ack_timeout() {
+    let mut d = Duo::credits_known(Opts {
+        timeout: 14,
+        ..Opts::default()
+    }); // 0 credits
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    d.progress(0);
+    assert!(d.take(0).is_empty(), "held for credits");
+    let probe_at = retransmit_deadline(&d, 0).expect("probe timer");
+    d.post_recv(1, 4096).expect("recv");
+    assert_eq!(d.flow(1), 1, "the unsolicited ACK");
+    d.progress(0);
+    assert_eq!(
+        d.take(0).len(),
+        3,
+        "the message left (its ACK is still to come)"
+    );
+    let rto = local_ack_timeout_ns(14).expect("finite");
+    assert_eq!(retransmit_deadline(&d, 0), Some(d.now + rto));
+    // The timer as the hold had armed it fires: too early for the message.
+    d.now = d.now.max(probe_at);
+    let now = d.now;
+    let e = &mut d.e[0];
+    e.qp.timer_expired(now, Timer::Retransmit, &mut e.out);
+    d.progress(0);
+    assert!(d.take(0).is_empty(), "nothing resent");
+    let c = d.e[0].qp.counters().sq;
+    assert_eq!((c.timeouts, c.retransmitted), (0, 0));
+}
+
 /// A credit probe's answer that comes after the unsolicited ACK it was to stand in for (the
 /// Send already in flight) answers the probe: it is no duplicate response.
 #[test]
