@@ -127,6 +127,24 @@ struct workqueue_struct *rvr_alloc_percpu_wq(const char *name)
 	return alloc_workqueue("%s", WQ_HIGHPRI | WQ_MEM_RECLAIM | WQ_PERCPU, 0, name);
 }
 
+struct workqueue_struct *rvr_alloc_bh_wq(const char *name)
+{
+	return alloc_workqueue("%s", WQ_BH | WQ_PERCPU, 0, name);
+}
+
+bool rvr_queue_work_on_online(int cpu, struct workqueue_struct *wq, struct work_struct *work)
+{
+	bool queued;
+
+	/* With preemption off here, a CPU found online cannot finish going offline meanwhile. */
+	preempt_disable();
+	if (cpu < 0 || cpu >= nr_cpu_ids || !cpu_online(cpu))
+		cpu = smp_processor_id();
+	queued = queue_work_on(cpu, wq, work);
+	preempt_enable();
+	return queued;
+}
+
 int rvr_ib_copy_from_udata(void *dst, struct ib_udata *udata, size_t len)
 {
 	return ib_copy_from_udata(dst, udata, len);

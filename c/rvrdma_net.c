@@ -254,6 +254,14 @@ unsigned int rvr_this_cpu(void)
 	return smp_processor_id();
 }
 
+int rvr_next_online_cpu(void)
+{
+	unsigned int cpu = smp_processor_id();
+	unsigned int next = cpumask_next_wrap(cpu, cpu_online_mask);
+
+	return next < nr_cpu_ids && next != cpu ? next : -1;
+}
+
 bool rvr_skb_local_for(const struct sk_buff *skb, const struct net_device *dev)
 {
 	if (!skb->dev || !(skb->dev->flags & IFF_LOOPBACK) ||

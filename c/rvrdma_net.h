@@ -80,6 +80,10 @@ void rvr_local_bh_disable(void);
 void rvr_local_bh_enable(void);
 unsigned int rvr_this_cpu(void);
 
+/* The next online CPU after this one (wrapping), or -1 if this is the only one. Preemption
+ * disabled: a CPU cannot finish going offline while the caller runs. */
+int rvr_next_online_cpu(void);
+
 /* Whether @skb came in on a loopback device for an address of @dev (a packet this host sent
  * to one of its own addresses on @dev). RCU read side. */
 bool rvr_skb_local_for(const struct sk_buff *skb, const struct net_device *dev);

@@ -114,3 +114,14 @@ pub fn waiting_here() -> u32 {
     let (head, tail) = unsafe { (b::rvr_backlog_head(cpu), b::rvr_backlog_tail(cpu)) };
     tail.wrapping_sub(head)
 }
+
+/// Another online CPU to hand receive work to (the next one after this CPU), or `None` on a
+/// single CPU. It stays online while the caller runs.
+///
+/// Softirq context (preemption disabled: a CPU cannot finish going offline meanwhile).
+pub fn other_cpu() -> Option<u32> {
+    // SAFETY: in softirq context the task stays on this CPU; the helper only reads the online
+    // mask.
+    let cpu = unsafe { b::rvr_next_online_cpu() };
+    u32::try_from(cpu).ok()
+}

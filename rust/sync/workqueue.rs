@@ -46,6 +46,15 @@ impl OwnedQueue {
         NonNull::new(q).map(Self).ok_or(ENOMEM)
     }
 
+    /// Allocates a bottom-half workqueue named `name`: work queued for a CPU runs there in
+    /// softirq context, ahead of every task (queued for another CPU, it gets there by IPI).
+    pub fn new_bh(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated static string.
+        let q = unsafe { b::rvr_alloc_bh_wq(name.as_char_ptr()) };
+        // INVARIANT: a non-NULL result is a live workqueue we own.
+        NonNull::new(q).map(Self).ok_or(ENOMEM)
+    }
+
     /// The queue, for enqueueing work items.
     pub fn queue(&self) -> &Queue {
         // SAFETY: the workqueue lives as long as `self` (type invariant).
@@ -66,11 +75,15 @@ static QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
 /// The module's per-CPU workqueue, set with [`QUEUE`].
 static CPU_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+/// The module's bottom-half workqueue, set with [`QUEUE`].
+static BH_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 
 /// Owns the module-wide workqueues: created at module init, drained and destroyed at module
 /// exit after every device is gone.
 pub struct ModuleQueue {
-    /// Kept alive (and destroyed) with the module; `_percpu` drops first.
+    /// Kept alive (and destroyed) with the module, in this order.
+    _bh: OwnedQueue,
     _percpu: OwnedQueue,
     _queue: OwnedQueue,
 }
@@ -80,9 +93,12 @@ impl ModuleQueue {
     pub fn new() -> Result<Self> {
         let q = OwnedQueue::new(c"rvrdma")?;
         let pc = OwnedQueue::new_percpu(c"rvrdma_cpu")?;
+        let bh = OwnedQueue::new_bh(c"rvrdma_bh")?;
         QUEUE.store(q.0.as_ptr(), core::sync::atomic::Ordering::Release);
         CPU_QUEUE.store(pc.0.as_ptr(), core::sync::atomic::Ordering::Release);
+        BH_QUEUE.store(bh.0.as_ptr(), core::sync::atomic::Ordering::Release);
         Ok(Self {
+            _bh: bh,
             _percpu: pc,
             _queue: q,
         })
@@ -91,25 +107,48 @@ impl ModuleQueue {
 
 impl Drop for ModuleQueue {
     fn drop(&mut self) {
+        BH_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         CPU_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
     }
 }
 
-/// Queues the work item `w` to run on `cpu` (the module's per-CPU workqueue). Returns `Err(w)`
-/// if it was already queued. Any context; only while the module is initialised, as [`queue`].
+/// Queues the work item `w` to run on `cpu` (the module's per-CPU workqueue), or on this CPU if
+/// `cpu` is offline. Returns `Err(w)` if it was already queued. Any context; only while the module is initialised, as [`queue`].
 pub fn enqueue_on<W, const ID: u64>(cpu: u32, w: W) -> W::EnqueueOutput
 where
     W: RawWorkItem<ID> + Send + 'static,
 {
-    let q = CPU_QUEUE.load(core::sync::atomic::Ordering::Acquire);
+    enqueue_on_queue(&CPU_QUEUE, cpu, w)
+}
+
+/// Queues the work item `w` to run in softirq context on `cpu` (the module's bottom-half
+/// workqueue), or on this CPU if `cpu` is offline. Returns `Err(w)` if it was already queued.
+/// Any context; only while the module is initialised, as [`queue`].
+pub fn enqueue_bh_on<W, const ID: u64>(cpu: u32, w: W) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    enqueue_on_queue(&BH_QUEUE, cpu, w)
+}
+
+/// `queue_work_on(cpu)` on one of the module's bound queues.
+fn enqueue_on_queue<W, const ID: u64>(
+    queue: &core::sync::atomic::AtomicPtr<b::workqueue_struct>,
+    cpu: u32,
+    w: W,
+) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    let q = queue.load(core::sync::atomic::Ordering::Acquire);
     assert!(!q.is_null());
     let cpu = c_int::try_from(cpu).unwrap_or(0);
-    // SAFETY: `q` is the live per-CPU queue (non-NULL while `ModuleQueue` lives, which outlives
-    // every caller). `__enqueue` hands the closure a pointer to the item's `work_struct`, valid
-    // until the work runs, as `queue_work_on` requires; the closure returns whether the item
-    // was queued, which is what `__enqueue` expects.
-    unsafe { w.__enqueue(move |work_ptr| kernel::bindings::queue_work_on(cpu, q.cast(), work_ptr)) }
+    // SAFETY: `q` is one of the module's live bound queues (non-NULL while `ModuleQueue` lives,
+    // which outlives every caller). `__enqueue` hands the closure a pointer to the item's
+    // `work_struct`, valid until the work runs, as `queue_work_on` requires; the closure returns
+    // whether the item was queued, which is what `__enqueue` expects.
+    unsafe { w.__enqueue(move |work_ptr| b::rvr_queue_work_on_online(cpu, q, work_ptr.cast())) }
 }
 
 /// The module's protocol workqueue (every QP's work item runs on it).
@@ -130,6 +169,17 @@ pub fn queue() -> &'static Queue {
 /// Only callable while the module is initialised, as [`queue`].
 pub fn cpu_queue() -> &'static Queue {
     let q = CPU_QUEUE.load(core::sync::atomic::Ordering::Acquire);
+    assert!(!q.is_null());
+    // SAFETY: as in `queue`: non-NULL means `ModuleQueue` is alive, and it outlives every caller.
+    unsafe { Queue::from_raw(q) }
+}
+
+/// The module's bottom-half workqueue: work queued on it runs in softirq context on the
+/// queuing CPU, after the current softirq work.
+///
+/// Only callable while the module is initialised, as [`queue`].
+pub fn bh_queue() -> &'static Queue {
+    let q = BH_QUEUE.load(core::sync::atomic::Ordering::Acquire);
     assert!(!q.is_null());
     // SAFETY: as in `queue`: non-NULL means `ModuleQueue` is alive, and it outlives every caller.
     unsafe { Queue::from_raw(q) }

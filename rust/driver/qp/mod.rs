@@ -350,7 +350,7 @@ impl QpShared {
         self.flush_tx();
         self.free_rx();
         if from_queue && self.rx_waiting() {
-            self.schedule_rx();
+            self.schedule_rx(false);
         }
         self.deliver(pending);
         if more {

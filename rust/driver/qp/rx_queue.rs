@@ -18,12 +18,14 @@
 //! A lone or small packet finds the queue empty and is handled at once, so latency is
 //! unchanged.
 //!
-//! The work item runs at normal priority, so that it does not take the CPU from the tasks
-//! that post receives and poll completions. Behind such a task busy-polling a CQ it can wait
-//! hundreds of milliseconds, longer than the peer's Local ACK Timeout: when the last packets of
-//! a window wait there, nothing more arrives and the peer resends the window. So a second,
-//! delayed work item on the module's high-priority per-CPU queue is armed with it; if packets
-//! still wait `URGENT_AFTER_MS` later, it handles them all there.
+//! The work item runs in softirq context on the other CPU (a bottom-half workqueue, reached by
+//! IPI), as the packets would have been handled there: a worker thread at normal priority waits
+//! behind a task busy-polling a CQ on that CPU (the receiver of a stream of Sends), for a tick
+//! or far longer, and the stream then stalls on the sender's CPU. Continued runs stay on the
+//! CPU the work went to. The softirq may still defer to `ksoftirqd`, so a second, delayed work
+//! item on the module's high-priority per-CPU queue is armed with it; if packets still wait
+//! `URGENT_AFTER_MS` later, it handles them all there: packets waiting longer than the peer's
+//! Local ACK Timeout would make it resend its window.
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::{Entry, QpShared};
@@ -44,7 +46,7 @@ const MAX_QUEUED: usize = 64;
 pub(super) const BATCH: usize = 16;
 /// How long packets may wait in the queue before they are handled at high priority: well below
 /// the shortest Local ACK Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long
-/// enough that the work item at normal priority nearly always gets there first.
+/// enough that the work item nearly always gets there first.
 const URGENT_AFTER_MS: u32 = 5;
 /// Batches an urgent run handles at most (the queue holds `MAX_QUEUED` packets).
 const URGENT_ROUNDS: usize = MAX_QUEUED.div_ceil(BATCH) + 1;
@@ -131,15 +133,29 @@ impl QpShared {
         Counters::inc(&self.dev.counters.rx_queued_pkts);
         self.dev.rx_queued.fetch_add(1, Ordering::Relaxed);
         self.rx.waiting.push(skb);
-        self.schedule_rx();
+        self.schedule_rx(true);
     }
 
     /// Queues the receive queue's work item and arms the urgent one (each a no-op if it is
     /// queued already). The urgent one is armed even when the work item was queued already: an
     /// urgent run may have emptied the queue since, and what comes now needs a deadline too.
-    pub(super) fn schedule_rx(self: &Arc<Self>) {
+    /// `hand_over`: the work goes to another CPU (a packet was just queued); else it continues
+    /// on this one (a run left packets). Softirq context, or bottom halves disabled.
+    pub(super) fn schedule_rx(self: &Arc<Self>, hand_over: bool) {
         self.rx_work_queued.mark();
-        let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+        match backlog::other_cpu() {
+            // In softirq context there, at once: a task busy on that CPU (a receiver polling
+            // its CQ) does not hold it back as it would a worker thread.
+            Some(cpu) if hand_over => {
+                let _ = workqueue::enqueue_bh_on::<_, 4>(cpu, self.clone());
+            }
+            Some(_) => {
+                let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
+            }
+            None => {
+                let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+            }
+        }
         let _ = workqueue::cpu_queue()
             .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
     }
