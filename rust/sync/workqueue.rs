@@ -114,7 +114,8 @@ impl Drop for ModuleQueue {
 }
 
 /// Queues the work item `w` to run on `cpu` (the module's per-CPU workqueue), or on this CPU if
-/// `cpu` is offline. Returns `Err(w)` if it was already queued. Any context; only while the module is initialised, as [`queue`].
+/// `cpu` is offline. Returns `Err(w)` if it was already queued. Any context; only while the
+/// module is initialised, as [`queue`].
 pub fn enqueue_on<W, const ID: u64>(cpu: u32, w: W) -> W::EnqueueOutput
 where
     W: RawWorkItem<ID> + Send + 'static,
@@ -156,11 +157,7 @@ where
 /// Only callable while the module is initialised (between [`ModuleQueue::new`] and its drop),
 /// which holds for every verb and work item: devices exist only in that window.
 pub fn queue() -> &'static Queue {
-    let q = QUEUE.load(core::sync::atomic::Ordering::Acquire);
-    assert!(!q.is_null());
-    // SAFETY: non-NULL means `ModuleQueue` is alive, and it outlives every device, hence every
-    // caller (module exit tears devices down before dropping it).
-    unsafe { Queue::from_raw(q) }
+    published(&QUEUE)
 }
 
 /// The module's per-CPU, high-priority workqueue: work queued on it runs on the queuing CPU
@@ -168,10 +165,7 @@ pub fn queue() -> &'static Queue {
 ///
 /// Only callable while the module is initialised, as [`queue`].
 pub fn cpu_queue() -> &'static Queue {
-    let q = CPU_QUEUE.load(core::sync::atomic::Ordering::Acquire);
-    assert!(!q.is_null());
-    // SAFETY: as in `queue`: non-NULL means `ModuleQueue` is alive, and it outlives every caller.
-    unsafe { Queue::from_raw(q) }
+    published(&CPU_QUEUE)
 }
 
 /// The module's bottom-half workqueue: work queued on it runs in softirq context on the
@@ -179,9 +173,15 @@ pub fn cpu_queue() -> &'static Queue {
 ///
 /// Only callable while the module is initialised, as [`queue`].
 pub fn bh_queue() -> &'static Queue {
-    let q = BH_QUEUE.load(core::sync::atomic::Ordering::Acquire);
+    published(&BH_QUEUE)
+}
+
+/// One of the module's workqueues, as [`ModuleQueue`] published it.
+fn published(queue: &core::sync::atomic::AtomicPtr<b::workqueue_struct>) -> &'static Queue {
+    let q = queue.load(core::sync::atomic::Ordering::Acquire);
     assert!(!q.is_null());
-    // SAFETY: as in `queue`: non-NULL means `ModuleQueue` is alive, and it outlives every caller.
+    // SAFETY: non-NULL means `ModuleQueue` is alive, and it outlives every caller (module exit
+    // tears devices down before dropping it).
     unsafe { Queue::from_raw(q) }
 }
 
