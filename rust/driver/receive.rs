@@ -12,7 +12,7 @@
 use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
-use super::qp::{bulk_len, QpShared};
+use super::qp::QpShared;
 use crate::net::roce::{RoceRx, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
@@ -152,17 +152,21 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             qpn => dev.qp(qpn, p.port),
         };
         match (qp, &p.decoded) {
-            (Some(qp), Ok((h, payload))) if p.direct && qp.queues_rx(bulk_len(h, payload)) => {
-                Some(qp)
-            }
+            (Some(qp), Ok((h, payload))) if p.direct => match qp.queues_rx(h, payload) {
+                Some(to) => Some((qp, to)),
+                None => {
+                    deliver(dev, p, Some(qp));
+                    None
+                }
+            },
             (qp, _) => {
                 deliver(dev, p, qp);
                 None
             }
         }
     };
-    if let Some(qp) = queue_to {
-        qp.queue_rx(skb);
+    if let Some((qp, to)) = queue_to {
+        qp.queue_rx(skb, to);
     }
 }
 

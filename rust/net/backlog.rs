@@ -52,6 +52,17 @@ impl LastBatch {
         })
     }
 
+    /// The CPU of the last batch if it is another CPU whose backlog still holds it: what this
+    /// CPU sends now would need a hand-off to that CPU ([`send_in_order`]).
+    ///
+    /// Softirq context (the CPU cannot change under the caller).
+    pub fn held_elsewhere(&self) -> Option<u32> {
+        let m = self.get()?;
+        // SAFETY: in softirq context the task stays on this CPU.
+        let cpu = unsafe { b::rvr_this_cpu() };
+        (m.cpu != cpu && !m.passed()).then_some(m.cpu)
+    }
+
     /// Records the mark of the last batch.
     pub fn set(&self, m: Option<BacklogMark>) {
         let bits = m.map_or(Self::NONE, |m| (u64::from(m.cpu) << 32) | u64::from(m.tail));

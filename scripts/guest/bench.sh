@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# In-guest part of scripts/bench: runs the perftest set over rvrdma (rvr0 in rvA, rvr1 in rvB),
-# then over rdma_rxe on the same veth pair, and prints the comparison table: each line's figure
-# for both drivers, the ratio, and the requester's retries during the line (completer_retry_err,
-# which both drivers count; on a clean veth it must stay 0). Then the scale line (1,024 QPs at
-# once against one), the memory one QP costs, and the guest's memcpy bandwidth / 2 (a software
-# RoCE device copies every byte at least twice: the limit it can reach).
+# In-guest part of scripts/bench: runs each perftest line over rvrdma (rvr0 in rvA, rvr1 in
+# rvB) and right after over rdma_rxe on the same veth pair, and prints the comparison table:
+# each line's figure for both drivers, the ratio, and the requester's retries during the line
+# (completer_retry_err, which both drivers count; on a clean veth it must stay 0). Then the scale
+# line (1,024 QPs at once against one), the memory one QP costs, and the guest's memcpy
+# bandwidth / 2 (a software RoCE device copies every byte at least twice: the limit it can
+# reach).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/vm/lib.sh
@@ -49,11 +50,10 @@ if [ -n "$only" ]; then
 fi
 declare -A res retries mem
 
-# run_set SET DEV0 DEV1: every line between DEV1 (server, rvB) and DEV0 (client, rvA). SET is
-# the driver (rvrdma, rxe), or rvrdma-solo: rvrdma with its rx_spread switch off.
-run_set() {
-	local type=${1%-solo} d0=$2 d1=$3 l name spec tool out v r0 r1 t0=$SECONDS
-	local -a args words
+# set_up SET DEV0 DEV1: DEV0 on veth0 (client, rvA) and DEV1 on veth1 (server, rvB). SET is the
+# driver (rvrdma, rxe), or rvrdma-solo: rvrdma with its rx_spread switch off.
+set_up() {
+	local type=${1%-solo} d0=$2 d1=$3
 	topo_setup 1 >/dev/null
 	if ! { link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type"; }; then
 		echo "link add: $LINK_OUT" >&2
@@ -63,54 +63,63 @@ run_set() {
 	if [[ $1 == *-solo ]]; then
 		echo 0 >"/sys/class/infiniband/$d0/rx_spread" && echo 0 >"/sys/class/infiniband/$d1/rx_spread"
 	fi
-	type=$1
 	if [ "$rps" = 1 ]; then
 		# Receive packet steering on both veth ends: received packets are processed on any CPU,
 		# not only on the sender's (veth hands packets to the sending CPU's backlog).
 		in_a sh -c 'echo 3 > /sys/class/net/veth0/queues/rx-0/rps_cpus'
 		in_b sh -c 'echo 3 > /sys/class/net/veth1/queues/rx-0/rps_cpus'
 	fi
-	# Before the lines: the last ones (1,024 QPs) can keep a driver busy past its timeout.
-	mem[$type]=$("$PY" "$here/qp_memory.py" "$d0" 1024 2>&1 | tail -1)
-	echo "# $type: memory per RC QP ${mem[$type]} KiB" >&2
-	for l in "${lines[@]}"; do
-		name=${l%%|*} spec=${l#*|}
-		read -ra words <<<"$spec"
-		tool=${words[0]} args=("${words[@]:1}")
-		# The default iteration count of its kind, unless the line sets its own.
-		if [[ " ${args[*]} " != *" -n "* ]]; then
-			if [[ $tool == *_bw ]]; then args+=(-n "$bw_iters"); else args+=(-n "$lat_iters"); fi
-		fi
-		r0=$(retry_count "$d0" "$d1") k0=$(backlog_drops)
-		out=$(PP_TIMEOUT=900 pf_run "$tool" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
-		r1=$(retry_count "$d0" "$d1") k1=$(backlog_drops)
-		# The result line is the first line starting with the message size: BW average is its
-		# 4th column, MsgRate the 5th (a bandwidth tool's), t_typical the 5th (a latency tool's).
-		if [ "$(unit_of "$tool")" = MB/s ]; then
-			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4; exit }' <<<"$out")
-		else
-			v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $5; exit }' <<<"$out")
-		fi
-		res[$type,$name]=${v:-fail}
-		# A failed or empty figure: what the tool said, to tell why.
-		if [[ ! $v =~ ^[0-9.]+$ ]] || awk -v v="$v" 'BEGIN { exit !(v == 0) }'; then
-			tail -n 12 <<<"$out" | sed 's/^/#   /' >&2
-		fi
-		retries[$type,$name]=$((r1 - r0))
-		echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
-			"backlog drops $((k1 - k0))" >&2
-	done
-	echo "# $type: $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
-		grep -E 'retrans|retry|dup' | tr '\t\n' '= ')" >&2
-	if [ "$type" != rxe ]; then
-		for l in "$d0" "$d1"; do
-			echo "# $type $l: $(rdma statistic show link "$l/1" | tr ' ' '\n' | paste - - |
-				grep -E '^(rx_queue|work_delay|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|credit_acks|dup)' |
+}
+
+# run_line SET DEV0 DEV1 LINE: one line on fresh links of SET (see set_up), DEV1 the server.
+run_line() {
+	local type=$1 d0=$2 d1=$3 l=$4 name spec tool out v r0 r1 k0 k1 dev
+	local -a args words
+	set_up "$type" "$d0" "$d1" || { res[$type,${l%%|*}]=fail; return 1; }
+	name=${l%%|*} spec=${l#*|}
+	read -ra words <<<"$spec"
+	tool=${words[0]} args=("${words[@]:1}")
+	# The default iteration count of its kind, unless the line sets its own.
+	if [[ " ${args[*]} " != *" -n "* ]]; then
+		if [[ $tool == *_bw ]]; then args+=(-n "$bw_iters"); else args+=(-n "$lat_iters"); fi
+	fi
+	r0=$(retry_count "$d0" "$d1") k0=$(backlog_drops)
+	out=$(PP_TIMEOUT=900 pf_run "$tool" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
+	r1=$(retry_count "$d0" "$d1") k1=$(backlog_drops)
+	# The result line is the first line starting with the message size: BW average is its
+	# 4th column, MsgRate the 5th (a bandwidth tool's), t_typical the 5th (a latency tool's).
+	if [ "$(unit_of "$tool")" = MB/s ]; then
+		v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4; exit }' <<<"$out")
+	else
+		v=$(awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $5; exit }' <<<"$out")
+	fi
+	res[$type,$name]=${v:-fail}
+	# A failed or empty figure: what the tool said, to tell why.
+	if [[ ! $v =~ ^[0-9.]+$ ]] || awk -v v="$v" 'BEGIN { exit !(v == 0) }'; then
+		tail -n 12 <<<"$out" | sed 's/^/#   /' >&2
+	fi
+	retries[$type,$name]=$((r1 - r0))
+	echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
+		"backlog drops $((k1 - k0))" >&2
+	if [ "${type%-solo}" = rvrdma ]; then
+		for dev in "$d0" "$d1"; do
+			echo "#   $dev: $(rdma statistic show link "$dev/1" | tr ' ' '\n' | paste - - |
+				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|tx_cpu)' |
 				tr '\t\n' '= ')" >&2
 		done
+	else
+		echo "#   $(rdma statistic show link "$d0/1" | tr ' ' '\n' | paste - - |
+			grep -E 'retrans|retry|dup' | tr '\t\n' '= ')" >&2
 	fi
 	topo_cleanup
-	echo "# $1: the set took $((SECONDS - t0)) s" >&2
+}
+
+# qp_memory SET DEV0 DEV1: the memory one RC QP costs on SET, into mem[SET].
+qp_memory() {
+	set_up "$1" "$2" "$3" || return 1
+	mem[$1]=$("$PY" "$here/qp_memory.py" "$2" 1024 2>&1 | tail -1)
+	echo "# $1: memory per RC QP ${mem[$1]} KiB" >&2
+	topo_cleanup
 }
 
 # unit_of TOOL: the unit of a line's figure. Atomics move 8 bytes each, so their bandwidth in
@@ -161,10 +170,21 @@ PYEOF
 dut_load >/dev/null
 cpy=$(memcpy_mbs)
 echo "# guest memcpy ${cpy} MB/s" >&2
-# -a: rvrdma with its rx_spread switch off too, first, as an A/B column.
-[ "$ab" = 1 ] && run_set rvrdma-solo rvr0 rvr1
-run_set rvrdma rvr0 rvr1
-run_set rxe rxe0 rxe1
+# Before the lines: the last ones (1,024 QPs) can keep a driver busy past its timeout.
+qp_memory rvrdma rvr0 rvr1
+qp_memory rxe rxe0 rxe1
+# Each line runs on every driver in turn, back to back: the host's speed drifts by up to 2x
+# within minutes, so only figures taken close together make a fair ratio. -a: rvrdma with its
+# rx_spread switch off too, as an A/B column.
+sets=(rvrdma rxe)
+[ "$ab" = 1 ] && sets=(rvrdma-solo rvrdma rxe)
+t0=$SECONDS
+for l in "${lines[@]}"; do
+	for t in "${sets[@]}"; do
+		if [ "$t" = rxe ]; then run_line rxe rxe0 rxe1 "$l"; else run_line "$t" rvr0 rvr1 "$l"; fi
+	done
+done
+echo "# the lines took $((SECONDS - t0)) s" >&2
 
 # ratio A B UNIT: A against B, > 1 when A is better (rates A/B, latency B/A); "-" if either
 # is missing.

@@ -21,8 +21,6 @@ pub(crate) mod user_wqe;
 mod verbs;
 mod work_delay;
 
-pub(crate) use rx_queue::bulk_len;
-
 use super::counters::Counters;
 use super::cq::CqShared;
 use super::dev_shared::DevShared;
@@ -350,7 +348,7 @@ impl QpShared {
         self.flush_tx();
         self.free_rx();
         if from_queue && self.rx_waiting() {
-            self.schedule_rx(false);
+            self.schedule_rx(None);
         }
         self.deliver(pending);
         if more {

@@ -6,7 +6,10 @@
 //! does all the receiving. While a stream arrives (the CPU's backlog holds more packets behind
 //! this one), a QP's bulk packets go to its receive queue, and a work item handles them on
 //! another CPU, ICRC check included. An RDMA Read request counts as bulk by the responses it
-//! asks for: whoever handles it builds and sends them. The order holds:
+//! asks for: whoever handles it builds and sends them. A bulk request also goes to the queue,
+//! with the work item on that CPU, when the QP's last responses left from another CPU whose
+//! backlog still holds them: a response sent from here would have to be handed to a worker
+//! thread there (see [`super::transmit`]), which may wait behind a busy task. The order holds:
 //! - a packet that arrives while the queue holds packets joins it, whatever its size;
 //! - a packet handled at once finds the queue empty, or drains it first;
 //! - the QP's work item drains it before it acts on an expired timer (a response waiting
@@ -102,9 +105,18 @@ impl WorkItem<5> for QpShared {
     }
 }
 
+/// Where a queued packet's work item runs.
+#[derive(Clone, Copy)]
+pub(crate) enum RxTarget {
+    /// Another CPU than this one ([`backlog::other_cpu`]).
+    Other,
+    /// The CPU given.
+    Cpu(u32),
+}
+
 /// The bytes handling a received packet moves: its payload, or for an RDMA Read request the
 /// bytes of the responses it asks for.
-pub(crate) fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
+fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
     match (h.bth.opcode.info().operation, h.reth) {
         (Operation::RdmaReadRequest, Some(r)) => r.dma_len as usize,
         _ => payload.len(),
@@ -112,49 +124,62 @@ pub(crate) fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
 }
 
 impl QpShared {
-    /// Whether a received packet that moves `len` bytes ([`bulk_len`]) goes to the receive queue:
-    /// always while the queue holds packets (the order), else when it is bulk and a stream is
-    /// arriving on an RC QP with the device's `rx_spread` switch on; never past the
-    /// queue's or the device's limit (the caller then handles it at once, after the queue).
-    /// Softirq context.
-    pub(crate) fn queues_rx(&self, len: usize) -> bool {
+    /// Whether a received packet goes to the receive queue, and where its work item runs:
+    /// always while the queue holds packets (the order); else on an RC QP with the device's
+    /// `rx_spread` switch on, when it is bulk ([`bulk_len`]) and either a stream is arriving or
+    /// it is a request whose response this CPU could not send at once; never past the queue's
+    /// or the device's limit (`None`: the caller handles it at once, after the queue). Softirq
+    /// context.
+    pub(crate) fn queues_rx(&self, h: &Headers, payload: &[u8]) -> Option<RxTarget> {
         let q = &self.rx.waiting;
-        let wanted = !q.is_empty()
-            || (len >= BULK
-                && self.qp_type == IbQpType::Rc
-                && self.dev.rx_spread()
-                && backlog::waiting_here() >= STREAM);
-        wanted && q.len() < MAX_QUEUED && self.dev.rx_queued.load(Ordering::Relaxed) < MAX_RX_QUEUED
+        if q.len() >= MAX_QUEUED || self.dev.rx_queued.load(Ordering::Relaxed) >= MAX_RX_QUEUED {
+            return None;
+        }
+        if !q.is_empty() {
+            return Some(RxTarget::Other);
+        }
+        if self.qp_type != IbQpType::Rc || !self.dev.rx_spread() || bulk_len(h, payload) < BULK {
+            return None;
+        }
+        // A request whose response could not leave from here until another CPU's backlog has
+        // passed the last ones: handled on that CPU, where the response then leaves at once,
+        // not by a worker thread there that may wait behind a busy task.
+        if h.bth.opcode.info().is_request {
+            if let Some(cpu) = self.stream(false).held_elsewhere() {
+                return Some(RxTarget::Cpu(cpu));
+            }
+        }
+        (backlog::waiting_here() >= STREAM).then_some(RxTarget::Other)
     }
 
     /// Adds a packet to the receive queue ([`Self::queues_rx`] said so) and wakes the work item.
-    pub(crate) fn queue_rx(self: &Arc<Self>, mut skb: Skb) {
+    pub(crate) fn queue_rx(self: &Arc<Self>, mut skb: Skb, to: RxTarget) {
         skb.detach();
         Counters::inc(&self.dev.counters.rx_queued_pkts);
         self.dev.rx_queued.fetch_add(1, Ordering::Relaxed);
         self.rx.waiting.push(skb);
-        self.schedule_rx(true);
+        let cpu = match to {
+            RxTarget::Cpu(cpu) => Some(cpu),
+            RxTarget::Other => backlog::other_cpu(),
+        };
+        self.schedule_rx(cpu);
     }
 
     /// Queues the receive queue's work item and arms the urgent one (each a no-op if it is
     /// queued already). The urgent one is armed even when the work item was queued already: an
     /// urgent run may have emptied the queue since, and what comes now needs a deadline too.
-    /// `hand_over`: the work goes to another CPU (a packet was just queued); else it continues
-    /// on this one (a run left packets). Softirq context, or bottom halves disabled.
-    pub(super) fn schedule_rx(self: &Arc<Self>, hand_over: bool) {
+    /// `to`: the CPU the work goes to (a packet was just queued), or `None` to continue on
+    /// this one (a run left packets). Softirq context, or bottom halves disabled.
+    pub(super) fn schedule_rx(self: &Arc<Self>, to: Option<u32>) {
         self.rx_work_queued.mark();
-        match backlog::other_cpu() {
+        if backlog::other_cpu().is_none() {
+            let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+        } else if let Some(cpu) = to {
             // In softirq context there, at once: a task busy on that CPU (a receiver polling
             // its CQ) does not hold it back as it would a worker thread.
-            Some(cpu) if hand_over => {
-                let _ = workqueue::enqueue_bh_on::<_, 4>(cpu, self.clone());
-            }
-            Some(_) => {
-                let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
-            }
-            None => {
-                let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
-            }
+            let _ = workqueue::enqueue_bh_on::<_, 4>(cpu, self.clone());
+        } else {
+            let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
         }
         let _ = workqueue::cpu_queue()
             .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));

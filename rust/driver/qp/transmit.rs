@@ -187,6 +187,11 @@ impl TxStream {
         })
     }
 
+    /// See [`LastBatch::held_elsewhere`].
+    pub(super) fn held_elsewhere(&self) -> Option<u32> {
+        self.last_batch.held_elsewhere()
+    }
+
     /// Queues `skb` behind the stream's other packets.
     pub(super) fn push(&self, skb: Skb) {
         self.queue.push(skb);
