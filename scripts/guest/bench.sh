@@ -12,10 +12,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=1000 rps=0 only= ab=0
-while getopts s:n:rl:a o; do
+size=65536 bw_iters=2000 lat_iters=1000 rps=0 only= ab=0 rounds=1
+while getopts s:n:rl:ak: o; do
 	case $o in
 	a) ab=1 ;;
+	k) rounds=$OPTARG ;;
 	l) only=$OPTARG ;;
 	s) size=$OPTARG ;;
 	n) bw_iters=$OPTARG lat_iters=$OPTARG ;;
@@ -48,7 +49,7 @@ if [ -n "$only" ]; then
 	for l in "${lines[@]}"; do [[ ${l%%|*} =~ $only ]] && sel+=("$l"); done
 	lines=("${sel[@]}")
 fi
-declare -A res retries mem
+declare -A res retries mem runs tries
 
 # set_up SET DEV0 DEV1: DEV0 on veth0 (client, rvA) and DEV1 on veth1 (server, rvB). SET is the
 # driver (rvrdma, rxe), or rvrdma-solo: rvrdma with its rx_spread switch off.
@@ -178,10 +179,31 @@ qp_memory rxe rxe0 rxe1
 # rx_spread switch off too, as an A/B column.
 sets=(rvrdma rxe)
 [ "$ab" = 1 ] && sets=(rvrdma-solo rvrdma rxe)
+# median VALUE...: the middle one of the VALUEs (the lower of the two middle ones for an even
+# count); "fail" if any of them is not a figure.
+median() {
+	local -a v
+	mapfile -t v < <(printf '%s\n' "$@" | sort -g)
+	if printf '%s\n' "$@" | grep -qvE '^[0-9.]+$'; then echo fail; else echo "${v[$(((${#v[@]} - 1) / 2))]}"; fi
+}
+
+# -k ROUNDS: each line ROUNDS times, the drivers alternating, and the median in the table (a
+# single run of a 4 KiB line can land far from the next one in the same boot).
 t0=$SECONDS
 for l in "${lines[@]}"; do
+	name=${l%%|*}
+	for ((k = 0; k < rounds; k++)); do
+		for t in "${sets[@]}"; do
+			retries[$t,$name]=0
+			if [ "$t" = rxe ]; then run_line rxe rxe0 rxe1 "$l"; else run_line "$t" rvr0 rvr1 "$l"; fi
+			runs[$t,$name]+="${res[$t,$name]} "
+			tries[$t,$name]=$((${tries[$t,$name]:-0} + ${retries[$t,$name]}))
+		done
+	done
 	for t in "${sets[@]}"; do
-		if [ "$t" = rxe ]; then run_line rxe rxe0 rxe1 "$l"; else run_line "$t" rvr0 rvr1 "$l"; fi
+		# shellcheck disable=SC2086 # the runs' figures, one word each
+		res[$t,$name]=$(median ${runs[$t,$name]})
+		retries[$t,$name]=${tries[$t,$name]}
 	done
 done
 echo "# the lines took $((SECONDS - t0)) s" >&2
@@ -225,5 +247,6 @@ echo "guest memcpy ${cpy} MB/s; the soft-RoCE limit (memcpy / 2) $((cpy / 2)) MB
 	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $n != atomic_bw && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
 		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c }') of it"
 echo "(ratio > 1: rvrdma better; retries: rvrdma/rxe completer_retry_err during the line;" \
-	"bandwidth ${bw_iters} iterations, latency ${lat_iters}; RPS on the veths:" \
+	"bandwidth ${bw_iters} iterations, latency ${lat_iters}; each line ${rounds} time(s), the median;" \
+	"RPS on the veths:" \
 	"$([ "$rps" = 1 ] && echo "on (rps_cpus=3)" || echo off))"
