@@ -24,6 +24,7 @@ while getopts s:n:rl:ak: o; do
 	*) exit 2 ;;
 	esac
 done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "-k takes a count of rounds (1 or more)" >&2; exit 2; }
 # Each line: a name, the tool and its arguments (ITERS: the iteration count of its kind).
 lines=(
 	"send_bw|ib_send_bw -s $size"
