@@ -246,7 +246,7 @@ done
 echo "memory per RC QP (128/128 WRs): rvrdma ${mem[rvrdma]} KiB, rdma_rxe ${mem[rxe]} KiB"
 echo "guest memcpy ${cpy} MB/s; the soft-RoCE limit (memcpy / 2) $((cpy / 2)) MB/s: rvrdma's" \
 	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $n != atomic_bw && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
-		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c }') of it"
+		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c } END { if (NR == 0) printf "-" }') of it"
 echo "(ratio > 1: rvrdma better; retries: rvrdma/rxe completer_retry_err during the line;" \
 	"bandwidth ${bw_iters} iterations, latency ${lat_iters}; each line ${rounds} time(s), the median;" \
 	"RPS on the veths:" \
