@@ -221,7 +221,8 @@ impl QpShared {
     fn flush_stream(self: &Arc<Self>, requests: bool) {
         let s = self.stream(requests);
         loop {
-            if s.busy.swap(true, Ordering::SeqCst) {
+            // Nothing to send: no hand-off either. A context that queues a packet flushes after.
+            if s.queue.is_empty() || s.busy.swap(true, Ordering::SeqCst) {
                 return;
             }
             let sent = backlog::send_in_order(
