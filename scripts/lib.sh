@@ -3,11 +3,14 @@
 #
 # RVRDMA_CACHE   where slow things live (kernel tree, toolchain pieces, venv); default ~/.cache/rvrdma
 # RVRDMA_DEBUG   1 selects the debug kernel variant (KASAN, lockdep, atomic-sleep checks, kmemleak)
+# RVRDMA_BENCH   1 selects the bench kernel variant: the test kernel without its checkers (what a
+#                user runs; scripts/bench sets it)
 # RVRDMA_KVER    the Debian linux-source-7.2 version to build (default: the one the project pins)
 
 RVRDMA_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RVRDMA_CACHE=${RVRDMA_CACHE:-$HOME/.cache/rvrdma}
 RVRDMA_DEBUG=${RVRDMA_DEBUG:-0}
+RVRDMA_BENCH=${RVRDMA_BENCH:-0}
 RVRDMA_KVER=${RVRDMA_KVER:-7.2.13-1}
 RVRDMA_KSERIES=7.2
 
@@ -21,6 +24,9 @@ if [ "$RVRDMA_DEBUG" = 1 ]; then
 	# Data-checked transfers get RVRDMA_TIME_SCALE times their time limit.
 	: "${RVRDMA_ACK_TIMEOUT:=18}" "${RVRDMA_TIME_SCALE:=4}"
 	export RVRDMA_WAIT RVRDMA_TEST_TIMEOUT RVRDMA_GUEST_TIMEOUT RVRDMA_ACK_TIMEOUT RVRDMA_TIME_SCALE
+elif [ "$RVRDMA_BENCH" = 1 ]; then
+	RVRDMA_VARIANT=bench
+	RVRDMA_LLVM=
 else
 	RVRDMA_VARIANT=release
 	RVRDMA_LLVM=
@@ -30,7 +36,7 @@ fi
 KDIR=${KDIR:-$RVRDMA_CACHE/linux-$RVRDMA_VARIANT}
 RUST_LIB_SRC=${RUST_LIB_SRC:-$RVRDMA_CACHE/rust-src/usr/lib/rustlib/src/rust/library}
 VENV=$RVRDMA_CACHE/venv
-export RVRDMA_TOP RVRDMA_CACHE RVRDMA_DEBUG RVRDMA_LLVM KDIR RUST_LIB_SRC
+export RVRDMA_TOP RVRDMA_CACHE RVRDMA_DEBUG RVRDMA_BENCH RVRDMA_LLVM KDIR RUST_LIB_SRC
 export PATH="$VENV/bin:$HOME/.cargo/bin:$PATH"
 
 die() {
