@@ -39,6 +39,12 @@ VENV=$RVRDMA_CACHE/venv
 export RVRDMA_TOP RVRDMA_CACHE RVRDMA_DEBUG RVRDMA_BENCH RVRDMA_LLVM KDIR RUST_LIB_SRC
 export PATH="$VENV/bin:$HOME/.cargo/bin:$PATH"
 
+# build_for_guest: the kernel of the selected variant (built on first use) and rvrdma.ko for it.
+build_for_guest() {
+	"$RVRDMA_TOP/scripts/build-kernel" || die "building the $RVRDMA_VARIANT kernel failed (scripts/build-kernel)"
+	make -C "$RVRDMA_TOP" KDIR="$KDIR" >/dev/null || die "building rvrdma.ko failed (make KDIR=$KDIR)"
+}
+
 die() {
 	printf 'rvrdma: error: %s\n' "$*" >&2
 	exit 1

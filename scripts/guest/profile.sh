@@ -24,46 +24,44 @@ shift $((OPTIND - 1))
 out=${RVRDMA_RESULTS:?RVRDMA_RESULTS is not set}
 dut_load || exit 1
 
-# name_module_addresses KALLSYMS: names the module addresses (0xffffffffc...) perf left as
-# numbers in stdin, as symbol+offset.
-name_module_addresses() {
-	# The program is an argument: stdin is the text to name.
+# module_syms MODE KALLSYMS: with MODE name, copies stdin naming the module addresses
+# (0xffffffffc...) perf left as numbers, as symbol+offset; with MODE self, reads sampled addresses
+# (`perf script -F ip`) and prints how many fell in each of the module's functions, as a share
+# of all samples. The program is an argument: stdin is the data.
+module_syms() {
 	python3 -c "$(cat <<'PY'
-import bisect, re, sys
-syms = sorted((int(a, 16), n) for a, t, n, *_ in (l.split() for l in open(sys.argv[1])))
+import bisect, collections, re, sys
+mode, path = sys.argv[1], sys.argv[2]
+syms = sorted((int(a, 16), n) for a, t, n, *_ in (l.split() for l in open(path)))
 addrs = [a for a, _ in syms]
-def name(m):
-    x = int(m.group(0), 16)
+def lookup(x):
     i = bisect.bisect_right(addrs, x) - 1
-    return m.group(0) if i < 0 else "%s+0x%x" % (syms[i][1], x - syms[i][0])
-for line in sys.stdin:
-    sys.stdout.write(re.sub(r"0xffffffffc[0-9a-f]{7}", name, line))
+    # A module function is shorter than 128 KiB: farther is another module's.
+    return syms[i] if i >= 0 and x - syms[i][0] < 0x20000 else None
+if mode == "name":
+    def name(m):
+        x = int(m.group(0), 16)
+        s = lookup(x)
+        return m.group(0) if s is None else "%s+0x%x" % (s[1], x - s[0])
+    for line in sys.stdin:
+        sys.stdout.write(re.sub(r"0xffffffffc[0-9a-f]{7}", name, line))
+else:
+    total, hits = 0, collections.Counter()
+    for line in sys.stdin:
+        try:
+            x = int(line.split()[0], 16)
+        except (IndexError, ValueError):
+            continue
+        total += 1
+        s = lookup(x)
+        if s is not None:
+            hits[s[1]] += 1
+    for n, c in hits.most_common(40):
+        print("%8.2f%%  %s" % (100.0 * c / max(total, 1), n))
+    share = 100.0 * sum(hits.values()) / max(total, 1)
+    print("%8.2f%%  (all of the module, of %d samples)" % (share, total))
 PY
-)" "$1"
-}
-
-# module_self KALLSYMS: reads sampled addresses (`perf script -F ip`) and prints how many fell in
-# each of the module's functions, as a share of all samples (perf leaves them unnamed).
-module_self() {
-	python3 -c "$(cat <<'PY'
-import bisect, collections, sys
-syms = sorted((int(a, 16), n) for a, t, n, *_ in (l.split() for l in open(sys.argv[1])))
-addrs = [a for a, _ in syms]
-total, hits = 0, collections.Counter()
-for line in sys.stdin:
-    try:
-        x = int(line.split()[0], 16)
-    except (IndexError, ValueError):
-        continue
-    total += 1
-    i = bisect.bisect_right(addrs, x) - 1
-    if syms and i >= 0 and x - syms[i][0] < 0x20000:
-        hits[syms[i][1]] += 1
-for n, c in hits.most_common(40):
-    print("%8.2f%%  %s" % (100.0 * c / max(total, 1), n))
-print("%8.2f%%  (all of the module, of %d samples)" % (100.0 * sum(hits.values()) / max(total, 1), total))
-PY
-)" "$1"
+)" "$1" "$2"
 }
 
 # run TYPE DEV0 DEV1 TOOL ARGS...: the line on fresh links of TYPE, profiled, and its reports.
@@ -89,13 +87,13 @@ run() {
 		echo "## by symbol, self"
 		perf report -i "$data" --no-children --sort dso,sym --stdio -g none 2>/dev/null | grep -v '^#' | grep . | head -60
 		echo "## the module's functions, self"
-		perf script -i "$data" -F ip --hide-call-graph 2>/dev/null | module_self "$syms"
+		perf script -i "$data" -F ip --hide-call-graph 2>/dev/null | module_syms self "$syms"
 		echo "## by symbol, with children"
 		perf report -i "$data" --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep . | head -120
 		echo "## call graphs (callers, entries of 1% or more)"
 		perf report -i "$data" --no-children --sort sym --stdio -g caller,0.5,callee,function,percent \
 			--percent-limit 1 2>/dev/null | grep -v '^#' | grep . | head -600
-	} | name_module_addresses "$syms" >"$out/profile.$type.txt"
+	} | module_syms name "$syms" >"$out/profile.$type.txt"
 	echo "# $type: $(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$r" | head -1) -> $out/profile.$type.txt"
 }
 
