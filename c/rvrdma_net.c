@@ -239,6 +239,54 @@ unsigned int rvr_backlog_head(unsigned int cpu)
 #endif
 }
 
+struct dst_entry *rvr_skb_dst(const struct sk_buff *skb)
+{
+	return skb_dst(skb);
+}
+
+unsigned int rvr_skb_truesize(const struct sk_buff *skb)
+{
+	return skb->truesize;
+}
+
+struct sk_buff *rvr_skb_next(const struct sk_buff *skb)
+{
+	return skb->next;
+}
+
+void rvr_skb_drop_owner(struct sk_buff *skb)
+{
+	skb_dst_drop(skb);
+	skb_orphan(skb);
+}
+
+void rvr_sk_wmem_charge(struct sock *sk, unsigned int bytes)
+{
+	refcount_add(bytes, &sk->sk_wmem_alloc);
+}
+
+/* The bookkeeping of skb_gro_receive_list: @nskb's bytes and memory count in @head's. */
+void rvr_skb_frag_list_append(struct sk_buff *head, struct sk_buff *tail, struct sk_buff *nskb)
+{
+	if (tail)
+		tail->next = nskb;
+	else
+		skb_shinfo(head)->frag_list = nskb;
+	nskb->next = NULL;
+	head->len += nskb->len;
+	head->data_len += nskb->len;
+	head->truesize += nskb->truesize;
+}
+
+/* As udp4_gro_complete marks a list of UDP packets: no checksum is left to compute. */
+void rvr_skb_set_udp_gso_list(struct sk_buff *skb, unsigned int gso_size, unsigned int segs)
+{
+	skb_shinfo(skb)->gso_size = gso_size;
+	skb_shinfo(skb)->gso_segs = segs;
+	skb_shinfo(skb)->gso_type = SKB_GSO_UDP_L4 | SKB_GSO_FRAGLIST;
+	skb->ip_summed = CHECKSUM_UNNECESSARY;
+}
+
 void rvr_local_bh_disable(void)
 {
 	local_bh_disable();

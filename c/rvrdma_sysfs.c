@@ -70,9 +70,22 @@ static ssize_t rx_spread_store(struct device *device, struct device_attribute *a
 }
 static DEVICE_ATTR_RW(rx_spread);
 
+static ssize_t tx_burst_show(struct device *device, struct device_attribute *attr, char *buf)
+{
+	return rvr_switch_show(device, RVR_SWITCH_TX_BURST, buf);
+}
+
+static ssize_t tx_burst_store(struct device *device, struct device_attribute *attr,
+			      const char *buf, size_t count)
+{
+	return rvr_switch_store(device, RVR_SWITCH_TX_BURST, buf, count);
+}
+static DEVICE_ATTR_RW(tx_burst);
+
 static struct attribute *rvr_dev_attrs[] = {
 	&dev_attr_apm_bonding.attr,
 	&dev_attr_rx_spread.attr,
+	&dev_attr_tx_burst.attr,
 	NULL,
 };
 

@@ -118,6 +118,9 @@ counters! {
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,
+    /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
+    /// `net::tx::Burst`).
+    tx_burst_pkts,
     /// Received packets a stream put in their QP's receive queue, for another CPU
     /// (`rx_spread`, see `qp::rx_queue`).
     rx_queued_pkts,

@@ -58,6 +58,9 @@ pub struct DevShared {
     /// The `rx_spread` switch: a stream's bulk packets go to their QP's receive queue, which
     /// a work item drains on another CPU ([`super::qp`]).
     rx_spread: AtomicBool,
+    /// The `tx_burst` switch: consecutive packets of an RC or UC QP leave as one UDP GSO packet
+    /// ([`crate::net::tx::Burst`]).
+    tx_burst: AtomicBool,
     /// Packets in the receive queues of all the device's QPs, against [`MAX_RX_QUEUED`].
     pub(crate) rx_queued: AtomicUsize,
 }
@@ -133,6 +136,7 @@ impl DevShared {
                 limits: super::limits::Limits::default(),
                 apm_bonding: AtomicBool::new(false),
                 rx_spread: AtomicBool::new(true),
+                tx_burst: AtomicBool::new(true),
                 rx_queued: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
@@ -281,6 +285,16 @@ impl DevShared {
     /// order.
     pub fn set_rx_spread(&self, on: bool) {
         self.rx_spread.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the `tx_burst` switch is on.
+    pub fn tx_burst(&self) -> bool {
+        self.tx_burst.load(Ordering::Relaxed)
+    }
+
+    /// Turns the `tx_burst` switch on or off (packets queued meanwhile leave either way).
+    pub fn set_tx_burst(&self, on: bool) {
+        self.tx_burst.store(on, Ordering::Relaxed);
     }
 
     /// What the bonding policy needs to know of the ports: which of the two are ACTIVE, or

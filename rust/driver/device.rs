@@ -261,6 +261,7 @@ impl IbDriver for RvrDevice {
         match sw {
             Switch::ApmBonding => dev.data().shared.apm_bonding(),
             Switch::RxSpread => dev.data().shared.rx_spread(),
+            Switch::TxBurst => dev.data().shared.tx_burst(),
         }
     }
 
@@ -269,6 +270,10 @@ impl IbDriver for RvrDevice {
             Switch::ApmBonding => dev.data().shared.set_apm_bonding(on),
             Switch::RxSpread => {
                 dev.data().shared.set_rx_spread(on);
+                Ok(())
+            }
+            Switch::TxBurst => {
+                dev.data().shared.set_tx_burst(on);
                 Ok(())
             }
         }

@@ -143,6 +143,7 @@ fn inbound<'a>(dev: &DevShared, skb: &'a mut Skb, direct_only: bool) -> Option<I
 /// stream may go to its QP's receive queue instead, ICRC unchecked: the queue's work item
 /// checks it before anything acts on it ([`queued`]).
 pub fn packet(dev: &DevShared, mut skb: Skb) {
+    let burst = skb.more_follow();
     let queue_to = {
         let Some(p) = inbound(dev, &mut skb, false) else {
             return;
@@ -152,7 +153,7 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             qpn => dev.qp(qpn, p.port),
         };
         match (qp, &p.decoded) {
-            (Some(qp), Ok((h, payload))) if p.direct => match qp.queues_rx(h, payload) {
+            (Some(qp), Ok((h, payload))) if p.direct => match qp.queues_rx(h, payload, burst) {
                 Some(to) => Some((qp, to)),
                 None => {
                     deliver(dev, p, Some(qp));

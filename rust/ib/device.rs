@@ -50,6 +50,9 @@ pub enum Switch {
     /// `rx_spread`: a stream's bulk receive work is shared with another CPU
     /// (docs/datapath-design.md).
     RxSpread,
+    /// `tx_burst`: consecutive packets of a connection leave as one UDP GSO packet
+    /// (docs/datapath-design.md).
+    TxBurst,
 }
 
 impl Switch {
@@ -58,6 +61,7 @@ impl Switch {
         match raw {
             b::RVR_SWITCH_APM_BONDING => Some(Self::ApmBonding),
             b::RVR_SWITCH_RX_SPREAD => Some(Self::RxSpread),
+            b::RVR_SWITCH_TX_BURST => Some(Self::TxBurst),
             _ => None,
         }
     }

@@ -311,6 +311,7 @@ mod tests {
                 tclass: 0,
                 ttl: 64,
                 flow_label: 0x1234,
+                ip_id: None,
             };
             let skb = tx::build(&tun, &p, TRANSPORT, fill_transport);
             if let Err(e) = &skb {
@@ -361,6 +362,7 @@ mod tests {
             tclass: 0,
             ttl: 64,
             flow_label: 0,
+            ip_id: None,
         };
         assert!(tx::build(&tun, &p, TRANSPORT, fill_transport).is_err());
         drop(tun);

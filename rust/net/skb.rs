@@ -111,6 +111,14 @@ impl Skb {
         unsafe { b::rvr_skb_detach(self.as_raw()) };
     }
 
+    /// Whether more packets of one burst follow this received one: the UDP layer splits a GSO
+    /// packet and hands the pieces to the encapsulation hook in turn, each still linked to the
+    /// next (`skb->next`; a packet received alone is on no list).
+    pub fn more_follow(&self) -> bool {
+        // SAFETY: the skb is live; the helper only reads a field.
+        !unsafe { b::rvr_skb_next(self.as_raw()) }.is_null()
+    }
+
     /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
     pub fn came_from(&self, ndev: &NetDev) -> bool {
         // SAFETY: the skb is live (type invariant).

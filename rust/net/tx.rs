@@ -17,6 +17,7 @@ use super::udp_tunnel::TunnelRef;
 use crate::bindings as b;
 use crate::rvcore::icrc::{self, IpHeader};
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU16, Ordering};
 use kernel::prelude::*;
 
 /// The addressing of one RoCEv2 packet.
@@ -35,6 +36,9 @@ pub struct TxParams<'a> {
     pub ttl: u8,
     /// IPv6 flow label (20 bits; ignored for IPv4).
     pub flow_label: u32,
+    /// IPv4 identification, from the sender's [`IpIds`]; `None`: the IP layer picks one
+    /// (`__ip_select_ident`). Ignored for IPv6.
+    pub ip_id: Option<u16>,
 }
 
 impl TxParams<'_> {
@@ -253,8 +257,11 @@ pub fn build_routed(
         Some((src, dst)) => {
             let h: &mut [u8; IPV4_HLEN] = ip.try_into().map_err(|_| EINVAL)?;
             roce::write_ipv4(h, ip_len16, p.tclass, p.ttl, src, dst);
-            // SAFETY: `h` is the IPv4 header of the skb; the namespace is live (device).
-            unsafe { b::__ip_select_ident(p.net(), h.as_mut_ptr().cast(), 1) };
+            match p.ip_id {
+                Some(id) => h[4..6].copy_from_slice(&id.to_be_bytes()),
+                // SAFETY: `h` is the IPv4 header of the skb; the namespace is live (device).
+                None => unsafe { b::__ip_select_ident(p.net(), h.as_mut_ptr().cast(), 1) },
+            }
         }
         None => {
             let h: &mut [u8; IPV6_HLEN] = ip.try_into().map_err(|_| EINVAL)?;
@@ -297,6 +304,181 @@ pub fn build_routed(
     // reference), and `skb_set_owner_w` takes its own (write memory) reference.
     unsafe { b::skb_set_owner_w(skb.as_raw(), tun.owner_sk(route.ipv4)) };
     Ok(skb)
+}
+
+/// The IPv4 identifications of one stream of packets: consecutive from a random start, as
+/// TCP numbers a connected socket's. A [`Burst`] takes only packets numbered in sequence,
+/// because its segmentation numbers them so. The packets carry DF and are never reassembled,
+/// so the numbers need not be unique across streams.
+pub struct IpIds(AtomicU16);
+
+impl IpIds {
+    /// A random start.
+    pub fn new() -> Self {
+        // SAFETY: `get_random_u16` may be called in any context.
+        Self(AtomicU16::new(unsafe { b::get_random_u16() }))
+    }
+
+    /// The next identification.
+    pub fn next(&self) -> u16 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Default for IpIds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Most bytes one [`Burst`] holds: the IPv4 total length and the IPv6 payload length are
+/// 16-bit, and a veth takes GSO packets up to 64 KiB by default.
+const BURST_MAX_LEN: usize = 64_000;
+/// Most packets one [`Burst`] holds.
+const BURST_MAX_PACKETS: u32 = 64;
+
+/// Consecutive packets of one flow sent as one: a UDP GSO skb that holds the later packets,
+/// whole, in its fragment list (`SKB_GSO_FRAGLIST`, as GRO builds for forwarding). The IP
+/// layer and a veth carry it as one packet. The stack splits it where it would segment it (at
+/// the receiving UDP socket, or for a device that cannot carry it), back into the packets as
+/// built: each keeps its UDP header and payload, and its IP header gets the length and checksum
+/// for its size and the first packet's identification plus its place. So a packet follows only
+/// with the next identification, and the ICRC computed when it was built holds on the wire.
+///
+/// # Invariants
+///
+/// `tail` is null or the last skb of `head`'s fragment list, which `head` owns. `ip_hlen` is
+/// the IP header length of every packet in the burst.
+pub struct Burst {
+    head: Skb,
+    tail: *mut b::sk_buff,
+    packets: u32,
+    bytes: usize,
+    ip_hlen: usize,
+    next_id: u16,
+}
+
+impl Burst {
+    /// A burst of one packet made by [`build_routed`].
+    pub fn new(head: Skb) -> Self {
+        let d = head.data();
+        let (ip_hlen, id) = match d.first().map(|v| v >> 4) {
+            Some(4) => (
+                IPV4_HLEN,
+                d.get(4..6).map_or(0, |b| u16::from_be_bytes([b[0], b[1]])),
+            ),
+            _ => (IPV6_HLEN, 0),
+        };
+        let bytes = head.len();
+        // INVARIANT: no fragment list yet; `ip_hlen` is the header length of the only packet.
+        Burst {
+            bytes,
+            head,
+            tail: core::ptr::null_mut(),
+            packets: 1,
+            ip_hlen,
+            next_id: id.wrapping_add(1),
+        }
+    }
+
+    /// How many packets the burst holds.
+    pub fn packets(&self) -> u32 {
+        self.packets
+    }
+
+    /// The IP bytes of its packets, as they will be on the wire.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether `skb` (made by [`build_routed`]) may follow: the same addresses, ports, route and
+    /// owner, the next IPv4 identification, and room left.
+    fn may_follow(&self, skb: &Skb) -> bool {
+        let (h, n) = (self.head.data(), skb.data());
+        let l = self.ip_hlen;
+        let same = |r: core::ops::Range<usize>| {
+            let (a, b) = (h.get(r.clone()), n.get(r));
+            a.is_some() && a == b
+        };
+        let header_ok = if l == IPV4_HLEN {
+            // Version 4 with no options, UDP, the addresses and the ports.
+            same(0..1)
+                && n.first() == Some(&0x45)
+                && same(9..10)
+                && same(12..24)
+                && n.get(4..6) == Some(&self.next_id.to_be_bytes()[..])
+        } else {
+            // Version 6, UDP as the next header (no extension headers), addresses and ports.
+            n.first().map(|v| v >> 4) == Some(6)
+                && same(6..7)
+                && n.get(6) == Some(&17)
+                && same(8..44)
+        };
+        let s = self.head.as_raw();
+        let t = skb.as_raw();
+        // SAFETY: both skbs are live; the helpers only read their fields.
+        let (same_dst, same_owner, linear) = unsafe {
+            (
+                b::rvr_skb_dst(s) == b::rvr_skb_dst(t),
+                !b::rvr_skb_sk(s).is_null() && b::rvr_skb_sk(s) == b::rvr_skb_sk(t),
+                b::rvr_skb_headlen(t) as usize == skb.len(),
+            )
+        };
+        header_ok
+            && same_dst
+            && same_owner
+            && linear
+            && self.packets < BURST_MAX_PACKETS
+            && self.head.len() + skb.len() - (l + UDP_HLEN) <= BURST_MAX_LEN
+    }
+
+    /// Appends `skb` (made by [`build_routed`]) if it may follow; otherwise gives it back.
+    pub fn push(&mut self, mut skb: Skb) -> core::result::Result<(), Skb> {
+        let len = skb.len();
+        if !self.may_follow(&skb) || skb.pull(self.ip_hlen + UDP_HLEN).is_err() {
+            return Err(skb);
+        }
+        self.bytes += len;
+        let head = self.head.as_raw();
+        // SAFETY: both skbs are live. The head's owner (the same socket, `may_follow`) is
+        // charged for the skb's memory before the skb lets go of its own charge, so the
+        // socket's count never drops to what would free it; the head now accounts for it.
+        // `tail` is null or the last skb of the head's list (type invariant), and the list
+        // takes ownership of `skb`.
+        unsafe {
+            let sk = b::rvr_skb_sk(head);
+            b::rvr_sk_wmem_charge(sk, b::rvr_skb_truesize(skb.as_raw()));
+            b::rvr_skb_drop_owner(skb.as_raw());
+            let raw = skb.into_raw();
+            b::rvr_skb_frag_list_append(head, self.tail, raw);
+            // INVARIANT: `raw` is now the last skb of the list.
+            self.tail = raw;
+        }
+        self.packets += 1;
+        self.next_id = self.next_id.wrapping_add(1);
+        Ok(())
+    }
+
+    /// The skb to send with [`Skb::send`]: the packet itself, or the GSO packet of them all.
+    pub fn finish(mut self) -> Skb {
+        if self.packets > 1 {
+            let l = self.ip_hlen;
+            let s = self.head.as_raw();
+            // SAFETY: the skb is live; the helper only reads a field.
+            let headlen = unsafe { b::rvr_skb_headlen(s) } as usize;
+            let first = headlen.saturating_sub(l + UDP_HLEN);
+            // The UDP length covers every packet until the split gives each its own (the first
+            // gets 8 + `first`).
+            let total = u16::try_from(self.head.len() - l).unwrap_or(u16::MAX);
+            if let Some(len) = self.head.data_mut().get_mut(l + 4..l + 6) {
+                len.copy_from_slice(&total.to_be_bytes());
+            }
+            // SAFETY: the skb is ours, its fragment list holds `packets - 1` packets, and the
+            // first one's UDP payload is `first` bytes long.
+            unsafe { b::rvr_skb_set_udp_gso_list(s, first as u32, self.packets) };
+        }
+        self.head
+    }
 }
 
 /// What the IP layer did with a sent packet (`NET_XMIT_*`); loss is for the transport to recover.

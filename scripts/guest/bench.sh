@@ -12,11 +12,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=1000 rps=0 only= ab=0 rounds=1
-while getopts s:n:rl:ak: o; do
+size=65536 bw_iters=2000 lat_iters=1000 rps=0 only= ab=0 rounds=1 switch=rx_spread
+while getopts s:n:rl:ak:w: o; do
 	case $o in
 	a) ab=1 ;;
 	k) rounds=$OPTARG ;;
+	w) switch=$OPTARG ;;
 	l) only=$OPTARG ;;
 	s) size=$OPTARG ;;
 	n) bw_iters=$OPTARG lat_iters=$OPTARG ;;
@@ -25,6 +26,7 @@ while getopts s:n:rl:ak: o; do
 	esac
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "-k takes a count of rounds (1 or more)" >&2; exit 2; }
+[[ $switch =~ ^(rx_spread|tx_burst)$ ]] || { echo "-w takes rx_spread or tx_burst" >&2; exit 2; }
 # Each line: a name, the tool and its arguments (ITERS: the iteration count of its kind).
 lines=(
 	"send_bw|ib_send_bw -s $size"
@@ -44,7 +46,8 @@ lines=(
 	"write_bw 4K q1|ib_write_bw -s 4096 -q 1 -n 200"
 	"write_bw 4K q1024|ib_write_bw -s 4096 -q 1024 -n 20"
 )
-# -l REGEX: only the lines whose name matches. -a: an rvrdma set with rx_spread off as well.
+# -l REGEX: only the lines whose name matches. -a: an rvrdma set with a switch off as well (-w:
+# rx_spread, the default, or tx_burst).
 if [ -n "$only" ]; then
 	sel=()
 	for l in "${lines[@]}"; do [[ ${l%%|*} =~ $only ]] && sel+=("$l"); done
@@ -53,7 +56,7 @@ fi
 declare -A res retries mem runs tries
 
 # set_up SET DEV0 DEV1: DEV0 on veth0 (client, rvA) and DEV1 on veth1 (server, rvB). SET is the
-# driver (rvrdma, rxe), or rvrdma-solo: rvrdma with its rx_spread switch off.
+# driver (rvrdma, rxe), or rvrdma-solo: rvrdma with the -w switch off.
 set_up() {
 	local type=${1%-solo} d0=$2 d1=$3
 	topo_setup 1 >/dev/null
@@ -63,7 +66,7 @@ set_up() {
 	fi
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null
 	if [[ $1 == *-solo ]]; then
-		echo 0 >"/sys/class/infiniband/$d0/rx_spread" && echo 0 >"/sys/class/infiniband/$d1/rx_spread"
+		echo 0 >"/sys/class/infiniband/$d0/$switch" && echo 0 >"/sys/class/infiniband/$d1/$switch"
 	fi
 	if [ "$rps" = 1 ]; then
 		# Receive packet steering on both veth ends: received packets are processed on any CPU,
@@ -106,7 +109,7 @@ run_line() {
 	if [ "${type%-solo}" = rvrdma ]; then
 		for dev in "$d0" "$d1"; do
 			echo "#   $dev: $(rdma statistic show link "$dev/1" | tr ' ' '\n' | paste - - |
-				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|tx_cpu)' |
+				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|tx_cpu|tx_burst)' |
 				tr '\t\n' '= ')" >&2
 		done
 	else
@@ -176,8 +179,8 @@ echo "# guest memcpy ${cpy} MB/s" >&2
 qp_memory rvrdma rvr0 rvr1
 qp_memory rxe rxe0 rxe1
 # Each line runs on every driver in turn, back to back: the host's speed drifts by up to 2x
-# within minutes, so only figures taken close together make a fair ratio. -a: rvrdma with its
-# rx_spread switch off too, as an A/B column.
+# within minutes, so only figures taken close together make a fair ratio. -a: rvrdma with the
+# -w switch off too, as an A/B column.
 sets=(rvrdma rxe)
 [ "$ab" = 1 ] && sets=(rvrdma-solo rvrdma rxe)
 # median VALUE...: the middle one of the VALUEs (the lower of the two middle ones for an even
@@ -221,7 +224,7 @@ ratio() {
 }
 
 printf '\n%-18s %-6s %12s %12s %8s %10s' test unit rvrdma rxe ratio retries
-[ "$ab" = 1 ] && printf ' %12s %8s %8s' "rx_spread=0" ratio "on/off"
+[ "$ab" = 1 ] && printf ' %12s %8s %8s' "$switch=0" ratio "on/off"
 echo
 for l in "${lines[@]}"; do
 	name=${l%%|*} spec=${l#*|}

@@ -10,8 +10,11 @@
 # that a Write just used, and a second Write through it is refused with memory unchanged.
 #
 # The receive queues (rx_spread, on by default): the first run's streams put bulk packets in their
-# QPs' receive queues on both devices, and work items handled some of them; with the switch off on
-# both devices, the same traffic is intact and nothing is queued.
+# QPs' receive queues on both devices, and work items handled some of them. Bursts (tx_burst, on
+# by default): both devices sent runs of packets as one UDP GSO packet, which the peer's UDP
+# layer split (so every later check with data also checks the split packets' ICRCs and order).
+# With both switches off on both devices, the same traffic is intact, nothing is queued and
+# nothing leaves in a burst.
 #
 # Then smoke tests with stock ibv_rc_pingpong: they show completion only (its -c compares one
 # byte per page, always 0, and exits 0 on a mismatch), 4 KiB and 1 MiB, both MTUs, server on
@@ -24,10 +27,19 @@ mtus=(1024 4096)
 
 # queued N: packets device N put in its QPs' receive queues so far.
 queued() { link_stat "${DUT}$1" rx_queued_pkts; }
+# bursts N: packets device N sent in bursts so far.
+bursts() { link_stat "${DUT}$1" tx_burst_pkts; }
+# switches VALUE: rx_spread and tx_burst set to VALUE on both devices.
+switches() {
+	local d sw
+	for d in "${DUT}0" "${DUT}1"; do
+		for sw in rx_spread tx_burst; do echo "$1" >"/sys/class/infiniband/$d/$sw" || return; done
+	done
+}
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((6 + 3 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((6 + 5 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -41,13 +53,15 @@ main() {
 	check "rx_spread: bulk packets went through the receive queues on both devices, work items handled some" \
 		eval '[ "$(queued 0)" -gt 0 ] && [ "$(queued 1)" -gt 0 ] &&
 			[ "$(($(link_stat "${DUT}0" rx_queue_worker_pkts) + $(link_stat "${DUT}1" rx_queue_worker_pkts)))" -gt 0 ]'
-	local before
-	before=$(($(queued 0) + $(queued 1)))
-	echo 0 >"/sys/class/infiniband/${DUT}0/rx_spread" && echo 0 >"/sys/class/infiniband/${DUT}1/rx_spread"
-	traffic_check "traffic.py with rx_spread off on both devices: data and completions intact" \
+	check "tx_burst: both devices sent packets in bursts" eval '[ "$(bursts 0)" -gt 0 ] && [ "$(bursts 1)" -gt 0 ]'
+	local before sent
+	before=$(($(queued 0) + $(queued 1))) sent=$(($(bursts 0) + $(bursts 1)))
+	switches 0
+	traffic_check "traffic.py with rx_spread and tx_burst off on both devices: data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 1024 --random 4
 	check "rx_spread off: nothing was queued" eval '[ "$(($(queued 0) + $(queued 1)))" -eq "$before" ]'
-	echo 1 >"/sys/class/infiniband/${DUT}0/rx_spread" && echo 1 >"/sys/class/infiniband/${DUT}1/rx_spread"
+	check "tx_burst off: nothing left in a burst" eval '[ "$(($(bursts 0) + $(bursts 1)))" -eq "$sent" ]'
+	switches 1
 	traffic_check "traffic.py: every op both ways, IPv4, MTU 4096, data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 4096 --random 10
 	for mtu in "${mtus[@]}"; do

@@ -175,7 +175,7 @@ fn lookup_routes(
     let mut found = KVec::new();
     for p in paths.iter().filter(|p| p.port_num != 0 && !cache_has(p)) {
         let (Some(params), Some(tun)) = (
-            transmit::tx_params(qp, p, 0),
+            transmit::tx_params(qp, p, 0, None),
             transmit::tunnel(qp, p.port_num),
         ) else {
             continue;

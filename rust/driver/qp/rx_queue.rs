@@ -4,7 +4,7 @@
 //!
 //! A veth hands each packet to the backlog of the CPU that sent it, so the sender's CPU also
 //! does all the receiving. While a stream arrives (the CPU's backlog holds more packets behind
-//! this one), a QP's bulk packets go to its receive queue, and a work item handles them on
+//! this one, or more of its burst follow, see [`crate::net::tx::Burst`]), a QP's bulk packets go to its receive queue, and a work item handles them on
 //! another CPU, ICRC check included. An RDMA Read request counts as bulk by the responses it
 //! asks for: whoever handles it builds and sends them. A bulk request also goes to the queue,
 //! with the work item on that CPU, when the QP's last responses left from another CPU whose
@@ -126,11 +126,11 @@ fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
 impl QpShared {
     /// Whether a received packet goes to the receive queue, and where its work item runs:
     /// always while the queue holds packets (the order); else on an RC QP with the device's
-    /// `rx_spread` switch on, when it is bulk ([`bulk_len`]) and either a stream is arriving or
-    /// it is a request whose response this CPU could not send at once; never past the queue's
-    /// or the device's limit (`None`: the caller handles it at once, after the queue). Softirq
-    /// context.
-    pub(crate) fn queues_rx(&self, h: &Headers, payload: &[u8]) -> Option<RxTarget> {
+    /// `rx_spread` switch on, when it is bulk ([`bulk_len`]) and either a stream is arriving
+    /// (packets wait in the backlog behind it, or more of its burst follow: `burst`) or it is a
+    /// request whose response this CPU could not send at once; never past the queue's or the
+    /// device's limit (`None`: the caller handles it at once, after the queue). Softirq context.
+    pub(crate) fn queues_rx(&self, h: &Headers, payload: &[u8], burst: bool) -> Option<RxTarget> {
         let q = &self.rx.waiting;
         if q.len() >= MAX_QUEUED || self.dev.rx_queued.load(Ordering::Relaxed) >= MAX_RX_QUEUED {
             return None;
@@ -149,7 +149,7 @@ impl QpShared {
                 return Some(RxTarget::Cpu(cpu));
             }
         }
-        (backlog::waiting_here() >= STREAM).then_some(RxTarget::Other)
+        (burst || backlog::waiting_here() >= STREAM).then_some(RxTarget::Other)
     }
 
     /// Adds a packet to the receive queue ([`Self::queues_rx`] said so) and wakes the work item.

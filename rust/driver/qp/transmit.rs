@@ -12,10 +12,11 @@ use crate::driver::counters::Counters;
 use crate::driver::dev_shared::DevShared;
 use crate::driver::mr_table::{OdpFault, QpMemory};
 use crate::ib::attrs::PortState;
+use crate::ib::qp::QpType as IbQpType;
 use crate::net::backlog;
 use crate::net::backlog::LastBatch;
 use crate::net::skb::{Skb, SkbQueue};
-use crate::net::tx::{self, TxParams};
+use crate::net::tx::{self, Burst, IpIds, TxParams};
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::PayloadSource;
@@ -54,11 +55,12 @@ fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     (low | 0xC000) as u16
 }
 
-/// The transmit parameters of a path.
+/// The transmit parameters of a path (`ip_id`: see [`TxParams::ip_id`]).
 pub(super) fn tx_params<'a>(
     qp: &'a QpShared,
     path: &PathInfo,
     dest_qp: u32,
+    ip_id: Option<u16>,
 ) -> Option<TxParams<'a>> {
     Some(TxParams {
         ndev: qp.dev.port_netdev(path.port_num)?,
@@ -72,6 +74,7 @@ pub(super) fn tx_params<'a>(
             path.hop_limit
         },
         flow_label: path.flow_label,
+        ip_id,
     })
 }
 
@@ -119,8 +122,10 @@ pub(super) fn build(
     let mut h = *headers;
     h.bth.pad_count = pad_count(plen);
     let len = h.encoded_len() + plen + usize::from(h.bth.pad_count);
+    // Numbered in its stream's sequence, so that a run of them may leave as one burst.
+    let ip_id = qp.stream(h.bth.opcode.info().is_request).ip_ids.next();
     let (Some(params), Some(tun)) = (
-        tx_params(qp, path, h.bth.dest_qp),
+        tx_params(qp, path, h.bth.dest_qp, Some(ip_id)),
         tunnel(qp, path.port_num),
     ) else {
         return (None, false);
@@ -175,6 +180,8 @@ pub(super) struct TxStream {
     busy: AtomicBool,
     /// Where the last batch went (see [`crate::net::backlog`]).
     last_batch: LastBatch,
+    /// The IPv4 identifications of the stream's packets.
+    ip_ids: IpIds,
 }
 
 impl TxStream {
@@ -184,6 +191,7 @@ impl TxStream {
             queue <- SkbQueue::new(),
             busy: AtomicBool::new(false),
             last_batch: LastBatch::new(),
+            ip_ids: IpIds::new(),
         })
     }
 
@@ -257,21 +265,40 @@ impl QpShared {
         }
     }
 
-    /// Sends what `queue` holds; returns how many packets left.
+    /// Sends what `queue` holds; returns how many packets left. With the `tx_burst` switch
+    /// on, consecutive packets of an RC or UC QP leave as bursts ([`Burst`]); a datagram QP's
+    /// packets each go to their own destination.
     fn send_queued(&self, queue: &SkbQueue) -> usize {
+        let bursts = matches!(self.qp_type, IbQpType::Rc | IbQpType::Uc) && self.dev.tx_burst();
+        let c = &self.dev.counters;
         let mut n = 0;
-        while let Some(skb) = queue.pop() {
-            let len = skb.len();
-            match skb.send() {
-                Ok(_) => {
-                    n += 1;
-                    Counters::inc(&self.dev.counters.sent_pkts);
-                    self.dev
-                        .counters
-                        .sent_bytes
-                        .fetch_add(len as u64, Ordering::Relaxed);
+        let mut next = queue.pop();
+        while let Some(skb) = next.take() {
+            let mut burst = Burst::new(skb);
+            if bursts {
+                while let Some(s) = queue.pop() {
+                    if let Err(s) = burst.push(s) {
+                        next = Some(s);
+                        break;
+                    }
                 }
-                Err(_) => Counters::inc(&self.dev.counters.send_err),
+            }
+            let (packets, len) = (burst.packets() as usize, burst.bytes());
+            match burst.finish().send() {
+                Ok(_) => {
+                    n += packets;
+                    c.sent_pkts.fetch_add(packets as u64, Ordering::Relaxed);
+                    c.sent_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    if packets > 1 {
+                        c.tx_burst_pkts.fetch_add(packets as u64, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => {
+                    c.send_err.fetch_add(packets as u64, Ordering::Relaxed);
+                }
+            }
+            if next.is_none() {
+                next = queue.pop();
             }
         }
         n
