@@ -345,6 +345,12 @@ const BURST_MAX_PACKETS: u32 = 64;
 /// for its size and the first packet's identification plus its place. So a packet follows only
 /// with the next identification, and the ICRC computed when it was built holds on the wire.
 ///
+/// The burst also keeps GSO's plain layout: every packet but the last is as long as the first,
+/// and all share the first's IP header but for length, identification and checksum. A burst
+/// whose geometry something on the way changed (an XDP program on a veth copies it into one
+/// buffer) is then cut at the first's size with the first's headers copied, which gives the same
+/// packets again (UDP checksums aside, which the ICRC leaves out).
+///
 /// # Invariants
 ///
 /// `tail` is null or the last skb of `head`'s fragment list, which `head` owns. `ip_hlen` is
@@ -356,6 +362,8 @@ pub struct Burst {
     bytes: usize,
     ip_hlen: usize,
     next_id: u16,
+    /// The last packet was shorter than the first: nothing may follow it.
+    closed: bool,
 }
 
 impl Burst {
@@ -378,6 +386,7 @@ impl Burst {
             packets: 1,
             ip_hlen,
             next_id: id.wrapping_add(1),
+            closed: false,
         }
     }
 
@@ -391,8 +400,9 @@ impl Burst {
         self.bytes
     }
 
-    /// Whether `skb` (made by [`build_routed`]) may follow: the same addresses, ports, route and
-    /// owner, the next IPv4 identification, and room left.
+    /// Whether `skb` (made by [`build_routed`]) may follow: the same IP header but for length,
+    /// identification and checksum, the next IPv4 identification, the same ports, route and
+    /// owner, no longer than the first packet and not after a shorter one, and room left.
     fn may_follow(&self, skb: &Skb) -> bool {
         let (h, n) = (self.head.data(), skb.data());
         let l = self.ip_hlen;
@@ -401,18 +411,19 @@ impl Burst {
             a.is_some() && a == b
         };
         let header_ok = if l == IPV4_HLEN {
-            // Version 4 with no options, UDP, the addresses and the ports.
-            same(0..1)
-                && n.first() == Some(&0x45)
-                && same(9..10)
+            // Version 4 with no options, TOS, TTL, UDP, the addresses and the ports.
+            n.first() == Some(&0x45)
+                && same(0..2)
+                && same(8..10)
                 && same(12..24)
                 && n.get(4..6) == Some(&self.next_id.to_be_bytes()[..])
         } else {
-            // Version 6, UDP as the next header (no extension headers), addresses and ports.
+            // Version 6, traffic class and flow label, UDP as the next header (no extension
+            // headers), hop limit, addresses and ports.
             n.first().map(|v| v >> 4) == Some(6)
-                && same(6..7)
+                && same(0..4)
                 && n.get(6) == Some(&17)
-                && same(8..44)
+                && same(6..44)
         };
         let s = self.head.as_raw();
         let t = skb.as_raw();
@@ -428,6 +439,8 @@ impl Burst {
             && same_dst
             && same_owner
             && linear
+            && !self.closed
+            && skb.len() <= h.len()
             && self.packets < BURST_MAX_PACKETS
             && self.head.len() + skb.len() - (l + UDP_HLEN) <= BURST_MAX_LEN
     }
@@ -439,6 +452,7 @@ impl Burst {
             return Err(skb);
         }
         self.bytes += len;
+        self.closed = len < self.head.data().len();
         let head = self.head.as_raw();
         // SAFETY: both skbs are live. The head's owner (the same socket, `may_follow`) is
         // charged for the skb's memory before the skb lets go of its own charge, so the
