@@ -46,41 +46,23 @@ static ssize_t rvr_switch_store(struct device *device, unsigned int sw, const ch
 	return ret ? ret : count;
 }
 
-static ssize_t apm_bonding_show(struct device *device, struct device_attribute *attr, char *buf)
-{
-	return rvr_switch_show(device, RVR_SWITCH_APM_BONDING, buf);
-}
+/* One switch's attribute: NAME_show, NAME_store and dev_attr_NAME, for switch SW. */
+#define RVR_SWITCH_ATTR(name, sw)                                                          \
+	static ssize_t name##_show(struct device *device, struct device_attribute *attr,  \
+				   char *buf)                                              \
+	{                                                                                  \
+		return rvr_switch_show(device, sw, buf);                                   \
+	}                                                                                  \
+	static ssize_t name##_store(struct device *device, struct device_attribute *attr, \
+				    const char *buf, size_t count)                         \
+	{                                                                                  \
+		return rvr_switch_store(device, sw, buf, count);                           \
+	}                                                                                  \
+	static DEVICE_ATTR_RW(name)
 
-static ssize_t apm_bonding_store(struct device *device, struct device_attribute *attr,
-				 const char *buf, size_t count)
-{
-	return rvr_switch_store(device, RVR_SWITCH_APM_BONDING, buf, count);
-}
-static DEVICE_ATTR_RW(apm_bonding);
-
-static ssize_t rx_spread_show(struct device *device, struct device_attribute *attr, char *buf)
-{
-	return rvr_switch_show(device, RVR_SWITCH_RX_SPREAD, buf);
-}
-
-static ssize_t rx_spread_store(struct device *device, struct device_attribute *attr,
-			       const char *buf, size_t count)
-{
-	return rvr_switch_store(device, RVR_SWITCH_RX_SPREAD, buf, count);
-}
-static DEVICE_ATTR_RW(rx_spread);
-
-static ssize_t tx_burst_show(struct device *device, struct device_attribute *attr, char *buf)
-{
-	return rvr_switch_show(device, RVR_SWITCH_TX_BURST, buf);
-}
-
-static ssize_t tx_burst_store(struct device *device, struct device_attribute *attr,
-			      const char *buf, size_t count)
-{
-	return rvr_switch_store(device, RVR_SWITCH_TX_BURST, buf, count);
-}
-static DEVICE_ATTR_RW(tx_burst);
+RVR_SWITCH_ATTR(apm_bonding, RVR_SWITCH_APM_BONDING);
+RVR_SWITCH_ATTR(rx_spread, RVR_SWITCH_RX_SPREAD);
+RVR_SWITCH_ATTR(tx_burst, RVR_SWITCH_TX_BURST);
 
 static struct attribute *rvr_dev_attrs[] = {
 	&dev_attr_apm_bonding.attr,

@@ -347,9 +347,11 @@ const BURST_MAX_PACKETS: u32 = 64;
 ///
 /// The burst also keeps GSO's plain layout: every packet but the last is as long as the first,
 /// and all share the first's IP header but for length, identification and checksum. A burst
-/// whose geometry something on the way changed (an XDP program on a veth copies it into one
-/// buffer) is then cut at the first's size with the first's headers copied, which gives the same
-/// packets again (UDP checksums aside, which the ICRC leaves out).
+/// whose geometry something on the way changed (a BPF program that pulls bytes out of the
+/// fragment list) is then cut at the first's size with the first's headers copied
+/// (`__udp_gso_segment`), which gives the same packets again (UDP checksums aside, which the
+/// ICRC leaves out). A veth with an XDP program takes GSO off its peer, which then splits the
+/// burst before sending.
 ///
 /// # Invariants
 ///
