@@ -11,7 +11,11 @@
 # packets of one QP that leave from two CPUs may overtake each other on a veth), duplicate
 # requests more than 1x + 100 (netem's 1% on top of the go-back-N resends), and packets dropped for a bad
 # ICRC: none without corruption, some with it (UDP over IPv4 carries no checksum here, so the
-# ICRC is what catches a flipped payload bit). Then perftest's ib_write_bw as a smoke test
+# ICRC is what catches a flipped payload bit). These two runs send every packet alone (tx_burst
+# off): netem drops, duplicates and delays each skb it is given, and a burst is one skb, so
+# counts calibrated per packet hold only without bursts. Then traffic.py through the same faults
+# with bursts on (whole bursts lost, duplicated, reordered; corruption splits them first): data
+# and completions intact, and bursts did leave. Then perftest's ib_write_bw as a smoke test
 # through the same faults (it checks no data).
 . "$(dirname "$0")/lib.sh"
 
@@ -24,11 +28,12 @@ COUNTERS=("${GROW[@]}" icrc_errors)
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((6 + ${#GROW[@]}))
+	ktap_set_plan $((8 + ${#GROW[@]}))
 	dut_setup 1
 	pair_up
+	set_bursts 0
 
-	local c d
+	local c d sent
 	check "tc netem ${BASE[*]} on both veth ends (the baseline)" netem add "${BASE[@]}"
 	snap S0
 	traffic_check "traffic.py through the delay alone, every op both ways: data and completions intact" \
@@ -56,6 +61,11 @@ main() {
 	check "duplicates reached the responders (duplicate_request)" grew duplicate_request 1
 	check "ICRC drops: none without corruption, some with it (icrc_errors)" icrc_only_corrupt
 
+	set_bursts 1
+	sent=$(burst_pkts)
+	TRAFFIC_TIMEOUT=270 traffic_check "traffic.py through the faults with bursts on (tx_burst): data and completions intact" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 "${TRAFFIC[@]}"
+	check "packets left in bursts through the faults (tx_burst_pkts)" eval '[ "$(burst_pkts)" -gt "$sent" ]'
 	PP_TIMEOUT=200 check "smoke: ib_write_bw 64 KiB x 200 completes through the faults" \
 		pf_run ib_write_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 200 -s 65536
 	ktap_finished
@@ -64,6 +74,14 @@ main() {
 # ---- helpers of this script ----------------------------------------------------------------------
 
 declare -A S0 S1 S2
+
+# set_bursts 0|1: the tx_burst switch of both devices.
+set_bursts() {
+	echo "$1" >"/sys/class/infiniband/${DUT}0/tx_burst" && echo "$1" >"/sys/class/infiniband/${DUT}1/tx_burst"
+}
+
+# burst_pkts: packets both devices sent in bursts so far.
+burst_pkts() { echo $(($(link_stat "${DUT}0" tx_burst_pkts) + $(link_stat "${DUT}1" tx_burst_pkts))); }
 
 # netem add|change ARGS...: the same netem qdisc on both veth ends.
 netem() {
