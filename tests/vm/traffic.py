@@ -523,7 +523,9 @@ class Traffic:
             raise ex
         self.info("%s: %s; trying again" % (what, str(ex).strip()))
         if down:
-            time.sleep(0.6)  # longer than a flap's down phase (65-link-flaps)
+            # Longer than a flap's down phase (65-link-flaps), and random: a fixed pause plus a
+            # connect can add up to the flap cycle and meet every down phase in turn.
+            time.sleep(random.uniform(0.6, 1.2))
 
     def setup_ud(self):
         """--qps UD QPs on each side, one Q_Key for all, an address handle of the peer on each
