@@ -5,7 +5,7 @@
 
 tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
 ktap_print_header
-ktap_set_plan $((${#tests[@]} + 4))
+ktap_set_plan $((${#tests[@]} + 6))
 dut_setup 1
 pair_up
 
@@ -57,6 +57,25 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 		test "$queued_reads" -gt 0
 else
 	ktap_test_skip "the responder handed Read requests of the stream to its receive queue: rvrdma's counter"
+fi
+# A Read's responses go to the requester's receive queue only on a QP that may keep more than
+# one Read outstanding (max_rd_atomic: perftest's -o): the responses of the only Read in flight
+# overlap with nothing, and a hand-off to another CPU would only lengthen its round trip.
+# ${DUT}0 is ib_read_bw's client here: all it receives are Read responses.
+reads_queued() {
+	local before
+	before=$(link_stat "${DUT}0" rx_queued_pkts)
+	pf_run ib_read_bw "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -s 4096 -n 2000 -o "$1" >&2 || return 1
+	echo $(($(link_stat "${DUT}0" rx_queued_pkts) - before))
+}
+if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
+	check "ib_read_bw 4 KiB, one Read in flight (-o 1): the requester queues none of its responses" \
+		eval 'n=$(reads_queued 1) && diag "responses queued: $n" && [ "$n" -eq 0 ]'
+	check "ib_read_bw 4 KiB, 16 Reads in flight (-o 16): the requester queues responses" \
+		eval 'n=$(reads_queued 16) && diag "responses queued: $n" && [ "$n" -gt 0 ]'
+else
+	ktap_test_skip "ib_read_bw 4 KiB, one Read in flight: the requester queues none of its responses: rvrdma's counter"
+	ktap_test_skip "ib_read_bw 4 KiB, 16 Reads in flight: the requester queues responses: rvrdma's counter"
 fi
 # Scale: 1,024 QPs on each side, none with a receive posted. Idle QPs must cost no CPU: a timer
 # per QP that fired on its own would starve the guest at this count and the run would not end.

@@ -450,6 +450,7 @@ impl QpShared {
                 // The policy as it stands, for the step into RTS to act on.
                 core.set_bonding(self.dev.bonding_ports(), &mut out);
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
+                self.note_max_rd_atomic(core.sq_logic().config().max_rd_atomic);
                 if core.state() == QpState::Reset {
                     // Kept packets belong to the connection that is gone.
                     *odp = OdpWait::default();

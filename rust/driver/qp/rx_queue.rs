@@ -2,14 +2,19 @@
 
 //! A QP's receive queue: a stream's receive work shared with another CPU.
 //!
-//! A veth hands each packet to the backlog of the CPU that sent it, so the sender's CPU also
-//! does all the receiving. While a stream arrives (the CPU's backlog holds more packets behind
-//! this one, or more of its burst follow, see [`crate::net::tx::Burst`]), a QP's bulk packets go to its receive queue, and a work item handles them on
-//! another CPU, ICRC check included. An RDMA Read request counts as bulk by the responses it
-//! asks for: whoever handles it builds and sends them. A bulk request also goes to the queue,
-//! with the work item on that CPU, when the QP's last responses left from another CPU whose
-//! backlog still holds them: a response sent from here would have to be handed to a worker
-//! thread there (see [`super::transmit`]), which may wait behind a busy task. The order holds:
+//! A veth hands each packet to the backlog of the CPU that sent it, so the sender's CPU also does
+//! all the receiving. While a stream arrives (the CPU's backlog holds more packets behind this one,
+//! or more of its burst follow, see [`crate::net::tx::Burst`]), a QP's bulk packets go to its
+//! receive queue, and a work item handles them on another CPU, ICRC check included. An RDMA Read
+//! request counts as bulk by the responses it asks for: whoever handles it builds and sends them.
+//! Read responses stay inline on a QP that keeps one Read in flight at a time (`max_rd_atomic` 1):
+//! nothing overlaps with them, and a hand-off would only add the other CPU's wake-up to each round
+//! trip. With more allowed, a stream's responses still go to the queue: handled inline, each Read
+//! would complete within the `ibv_post_send` that started it, and no second Read would ever be in
+//! flight. A bulk request also goes to the queue, with the work item on that CPU, when the QP's
+//! last responses left from another CPU whose backlog still holds them: a response sent from here
+//! would have to be handed to a worker thread there (see [`super::transmit`]), which may wait
+//! behind a busy task. The order holds:
 //! - a packet that arrives while the queue holds packets joins it, whatever its size;
 //! - a packet handled at once finds the queue empty, or drains it first;
 //! - the QP's work item drains it before it acts on an expired timer (a response waiting
@@ -36,7 +41,7 @@ use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
 use crate::rvcore::wire::{opcode::Operation, Headers};
 use crate::sync::workqueue;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
 
 /// A payload at least this long is worth handing to another CPU.
@@ -64,6 +69,9 @@ pub(crate) struct RxQueue {
     /// disabled).
     #[pin]
     done: SkbQueue,
+    /// The QP's requester may keep more than one RDMA Read outstanding (`max_rd_atomic` above
+    /// 1): responses of another Read may follow the ones arriving.
+    reads_overlap: AtomicBool,
 }
 
 impl RxQueue {
@@ -72,6 +80,7 @@ impl RxQueue {
         pin_init!(Self {
             waiting <- SkbQueue::new(),
             done <- SkbQueue::new(),
+            reads_overlap: AtomicBool::new(false),
         })
     }
 }
@@ -126,7 +135,8 @@ fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
 impl QpShared {
     /// Whether a received packet goes to the receive queue, and where its work item runs:
     /// always while the queue holds packets (the order); else on an RC QP with the device's
-    /// `rx_spread` switch on, when it is bulk ([`bulk_len`]) and either a stream is arriving
+    /// `rx_spread` switch on, when it is bulk ([`bulk_len`]), not a Read response of a QP with
+    /// one Read in flight at a time, and either a stream is arriving
     /// (packets wait in the backlog behind it, or more of its burst follow: `burst`) or it is a
     /// request whose response this CPU could not send at once; never past the queue's or the
     /// device's limit (`None`: the caller handles it at once, after the queue). Softirq context.
@@ -139,6 +149,13 @@ impl QpShared {
             return Some(RxTarget::Other);
         }
         if self.qp_type != IbQpType::Rc || !self.dev.rx_spread() || bulk_len(h, payload) < BULK {
+            return None;
+        }
+        // The responses of a QP that has one Read in flight at a time: nothing overlaps with
+        // their handling, so a hand-off would only lengthen the Read's round trip.
+        if h.bth.opcode.info().operation == Operation::RdmaReadResponse
+            && !self.rx.reads_overlap.load(Ordering::Relaxed)
+        {
             return None;
         }
         // A request whose response could not leave from here until another CPU's backlog has
@@ -191,6 +208,13 @@ impl QpShared {
         let skb = self.rx.waiting.pop()?;
         self.dev.rx_queued.fetch_sub(1, Ordering::Relaxed);
         Some(skb)
+    }
+
+    /// Notes the requester's `max_rd_atomic`, for [`Self::queues_rx`]. Under the QP lock.
+    pub(super) fn note_max_rd_atomic(&self, max_rd_atomic: u8) {
+        self.rx
+            .reads_overlap
+            .store(max_rd_atomic > 1, Ordering::Relaxed);
     }
 
     /// Keeps a handled packet for [`Self::free_rx`].

@@ -134,6 +134,57 @@ fn seed001_class_c_too_many_rdma_read_or_atomic_requests() {
     assert_eq!(d.state(1), QpState::Error);
 }
 
+/// The responder keeps as many Reads in flight as the device offers (`max_qp_rd_atom`, its
+/// responder resources) and answers each in order; one more before any answer has left is one
+/// too many (class C).
+#[test]
+fn seed001_class_c_reads_beyond_every_responder_resource() {
+    let n = rvrdma_core::responder::MAX_RESOURCES as u32;
+    let read = |k: u32| {
+        req_reth(
+            Opcode::RcRdmaReadRequest,
+            PSN_A + k,
+            RMT,
+            RMT_VA + u64::from(k),
+            1,
+        )
+    };
+    let data: Vec<u8> = (0..n).map(|k| k as u8 ^ 0x5A).collect();
+    let mut d = Duo::responder_with(Opts {
+        max_dest_rd_atomic: n as u8,
+        ..Opts::default()
+    });
+    fill(&d.e[1].mem, RMT, RMT_VA, &data);
+    for k in 0..n {
+        d.deliver(1, &read(k), &[], 1);
+    }
+    while d.progress(1) > 0 {}
+    let p = d.take(1);
+    assert_eq!(p.len(), n as usize, "one response per Read");
+    for (k, (h, payload, _)) in p.iter().enumerate() {
+        assert_eq!(h.bth.opcode, Opcode::RcRdmaReadResponseOnly, "response {k}");
+        assert_eq!(h.bth.psn, Psn::new(PSN_A + k as u32), "response {k}");
+        assert_eq!(payload.as_slice(), &data[k..k + 1], "response {k}");
+    }
+    assert_eq!(d.state(1), QpState::Rts);
+
+    let mut d = Duo::responder_with(Opts {
+        max_dest_rd_atomic: n as u8,
+        ..Opts::default()
+    });
+    for k in 0..=n {
+        d.deliver(1, &read(k), &[], 1);
+    }
+    d.progress(1);
+    let p = d.take(1);
+    assert!(
+        p.iter().any(|(h, _, _)| is_nak(h, NakCode::InvalidRequest)),
+        "Read {} refused",
+        n + 1
+    );
+    assert_eq!(d.state(1), QpState::Error);
+}
+
 #[test]
 fn seed001_class_c_length_error_send_exceeds_receive_buffers() {
     let mut d = Duo::new(Opts::default());
