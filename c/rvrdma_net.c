@@ -4,6 +4,7 @@
  * rust/net/ calls. Driver logic stays in Rust.
  */
 #include "rvrdma_net.h"
+#include <net/sch_generic.h>
 
 unsigned char *rvr_skb_data(const struct sk_buff *skb)
 {
@@ -244,9 +245,21 @@ struct dst_entry *rvr_skb_dst(const struct sk_buff *skb)
 	return skb_dst(skb);
 }
 
-unsigned int rvr_skb_truesize(const struct sk_buff *skb)
+/* Whether the device @skb's route leaves by has no queueing discipline on any transmit queue
+ * (a veth's default, noqueue): a qdisc that queues (netem, tbf, pfifo_fast) drops, duplicates
+ * and delays a GSO burst as one packet. */
+bool rvr_skb_out_unqueued(const struct sk_buff *skb)
 {
-	return skb->truesize;
+	struct dst_entry *dst = skb_dst(skb);
+	struct net_device *dev = dst ? dst->dev : NULL;
+	bool unqueued = dev;
+	unsigned int i;
+
+	rcu_read_lock();
+	for (i = 0; unqueued && i < dev->num_tx_queues; i++)
+		unqueued = !rcu_dereference(netdev_get_tx_queue(dev, i)->qdisc)->enqueue;
+	rcu_read_unlock();
+	return unqueued;
 }
 
 struct sk_buff *rvr_skb_next(const struct sk_buff *skb)
@@ -254,15 +267,21 @@ struct sk_buff *rvr_skb_next(const struct sk_buff *skb)
 	return skb->next;
 }
 
-void rvr_skb_drop_owner(struct sk_buff *skb)
+/* @skb joins the fragment list of @head, which has the same owner socket: @skb's memory stays
+ * charged to the socket and is released with @head, whose truesize takes it over
+ * (rvr_skb_frag_list_append). So its owner goes without uncharging and recharging; its route
+ * reference goes too. An owner that is not sock_wfree's is moved the long way. */
+void rvr_skb_pass_owner(struct sk_buff *head, struct sk_buff *skb)
 {
 	skb_dst_drop(skb);
+	if (likely(skb->destructor == sock_wfree && head->destructor == sock_wfree &&
+		   skb->sk == head->sk)) {
+		skb->sk = NULL;
+		skb->destructor = NULL;
+		return;
+	}
+	refcount_add(skb->truesize, &head->sk->sk_wmem_alloc);
 	skb_orphan(skb);
-}
-
-void rvr_sk_wmem_charge(struct sock *sk, unsigned int bytes)
-{
-	refcount_add(bytes, &sk->sk_wmem_alloc);
 }
 
 /* The bookkeeping of skb_gro_receive_list: @nskb's bytes and memory count in @head's. */

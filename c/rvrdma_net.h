@@ -44,12 +44,11 @@ void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst);
 void rvr_skb_clear_ipcb(struct sk_buff *skb);
 void rvr_skb_detach(struct sk_buff *skb);
 struct dst_entry *rvr_skb_dst(const struct sk_buff *skb);
-unsigned int rvr_skb_truesize(const struct sk_buff *skb);
+bool rvr_skb_out_unqueued(const struct sk_buff *skb);
 struct sk_buff *rvr_skb_next(const struct sk_buff *skb);
 
 /* UDP GSO with a fragment list (SKB_GSO_FRAGLIST): each segment a complete packet of its own */
-void rvr_skb_drop_owner(struct sk_buff *skb);
-void rvr_sk_wmem_charge(struct sock *sk, unsigned int bytes);
+void rvr_skb_pass_owner(struct sk_buff *head, struct sk_buff *skb);
 void rvr_skb_frag_list_append(struct sk_buff *head, struct sk_buff *tail, struct sk_buff *nskb);
 void rvr_skb_set_udp_gso_list(struct sk_buff *skb, unsigned int gso_size, unsigned int segs);
 

@@ -351,7 +351,8 @@ const BURST_MAX_PACKETS: u32 = 64;
 /// fragment list) is then cut at the first's size with the first's headers copied
 /// (`__udp_gso_segment`), which gives the same packets again (UDP checksums aside, which the
 /// ICRC leaves out). A veth with an XDP program takes GSO off its peer, which then splits the
-/// burst before sending.
+/// burst before sending. A burst forms only where the route's device has no queueing
+/// discipline: a qdisc would lose or delay it as one packet.
 ///
 /// # Invariants
 ///
@@ -366,6 +367,8 @@ pub struct Burst {
     next_id: u16,
     /// The last packet was shorter than the first: nothing may follow it.
     closed: bool,
+    /// Whether the route's device queues nothing; found out when a second packet comes.
+    unqueued: Option<bool>,
 }
 
 impl Burst {
@@ -389,6 +392,7 @@ impl Burst {
             ip_hlen,
             next_id: id.wrapping_add(1),
             closed: false,
+            unqueued: None,
         }
     }
 
@@ -447,24 +451,34 @@ impl Burst {
             && self.head.len() + skb.len() - (l + UDP_HLEN) <= BURST_MAX_LEN
     }
 
+    /// Whether the packets leave by a device with no queueing discipline. A qdisc that queues
+    /// would lose, duplicate or delay the burst as one packet: through one (`tc netem`
+    /// emulating a lossy link), each packet goes alone, as it would from rdma_rxe.
+    fn unqueued(&mut self) -> bool {
+        let head = self.head.as_raw();
+        // SAFETY: the head is live; the helper reads its route's device under RCU.
+        *self
+            .unqueued
+            .get_or_insert_with(|| unsafe { b::rvr_skb_out_unqueued(head) })
+    }
+
     /// Appends `skb` (made by [`build_routed`]) if it may follow; otherwise gives it back.
     pub fn push(&mut self, mut skb: Skb) -> core::result::Result<(), Skb> {
         let len = skb.len();
-        if !self.may_follow(&skb) || skb.pull(self.ip_hlen + UDP_HLEN).is_err() {
+        let fits = self.may_follow(&skb) && self.unqueued();
+        if !fits || skb.pull(self.ip_hlen + UDP_HLEN).is_err() {
             return Err(skb);
         }
         self.bytes += len;
         self.closed = len < self.head.data().len();
         let head = self.head.as_raw();
-        // SAFETY: both skbs are live. The head's owner (the same socket, `may_follow`) is
-        // charged for the skb's memory before the skb lets go of its own charge, so the
-        // socket's count never drops to what would free it; the head now accounts for it.
-        // `tail` is null or the last skb of the head's list (type invariant), and the list
-        // takes ownership of `skb`.
+        // SAFETY: both skbs are live and have the same owner socket (`may_follow`). The skb's
+        // charge on it passes to the head, whose truesize takes the skb's in the append right
+        // after, so the socket is uncharged exactly once, when the head is freed. `tail` is
+        // null or the last skb of the head's list (type invariant), and the list takes
+        // ownership of `skb`.
         unsafe {
-            let sk = b::rvr_skb_sk(head);
-            b::rvr_sk_wmem_charge(sk, b::rvr_skb_truesize(skb.as_raw()));
-            b::rvr_skb_drop_owner(skb.as_raw());
+            b::rvr_skb_pass_owner(head, skb.as_raw());
             let raw = skb.into_raw();
             b::rvr_skb_frag_list_append(head, self.tail, raw);
             // INVARIANT: `raw` is now the last skb of the list.
