@@ -21,7 +21,7 @@ use crate::rvcore::apm::{MigState, PathInfo};
 use crate::rvcore::qp::QpAttrs;
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wqe::{
-    RecvWr, RegMrParams, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE,
+    RecvWr, RegMrParams, SendFlags, SendOpcode, SendWr, SgList, Sge, WrExtra, MAX_SGE,
 };
 use core::ptr::NonNull;
 use kernel::{error::from_result, prelude::*};
@@ -637,8 +637,10 @@ impl SendWrList<'_> {
             let a = unsafe { &*self.next.cast::<b::ib_atomic_wr>() };
             out.remote_addr = a.remote_addr;
             out.rkey = a.rkey;
-            out.compare_add = a.compare_add;
-            out.swap = a.swap;
+            out.extra = WrExtra::Atomic {
+                compare_add: a.compare_add,
+                swap: a.swap,
+            };
         }
         self.ah = core::ptr::null();
         self.reg = if opcode == SendOpcode::RegMr {
@@ -646,11 +648,11 @@ impl SendWrList<'_> {
         } else {
             core::ptr::null()
         };
-        if self.datagram {
-            // SAFETY: on a UD or GSI QP every send WR is the `wr` member of an `ib_ud_wr`.
+        if self.datagram && !opcode.is_local() {
+            // SAFETY: on a UD or GSI QP a send WR is the `wr` member of an `ib_ud_wr` (a local
+            // operation's is that of its own type, such as `ib_reg_wr`).
             let u = unsafe { &*self.next.cast::<b::ib_ud_wr>() };
-            out.ud.remote_qpn = u.remote_qpn;
-            out.ud.remote_qkey = u.remote_qkey;
+            out.set_ud_dest(u.remote_qpn, u.remote_qkey);
             self.ah = u.ah;
         }
         // A fast registration (`ib_reg_wr`) comes out with its opcode only: the driver takes

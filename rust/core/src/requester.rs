@@ -444,7 +444,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         // ATOMIC WRITE carries its 8 bytes in the WQE; FLUSH names a remote range only.
         let len = match wr.opcode {
             op if op.is_atomic() || op == SendOpcode::AtomicWrite => 8,
-            SendOpcode::Flush => wr.flush.length,
+            SendOpcode::Flush => wr.flush().length,
             _ => len,
         };
         let tail = self.tail;
@@ -626,8 +626,8 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                             mem.local_invalidate(slot.wr.invalidate_rkey),
                             WcStatus::LocQpOpErr,
                         ),
-                        SendOpcode::BindMw => (mem.bind_mw(&slot.wr.bind), WcStatus::MwBindErr),
-                        _ => (mem.fast_register(&slot.wr.reg), WcStatus::LocQpOpErr),
+                        SendOpcode::BindMw => (mem.bind_mw(&slot.wr.bind()), WcStatus::MwBindErr),
+                        _ => (mem.fast_register(&slot.wr.reg()), WcStatus::LocQpOpErr),
                     };
                     let c = self.send;
                     self.send = c.wrapping_add(1);
@@ -804,9 +804,9 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             }
             SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => {
                 let (opcode, swap_add, compare) = if wr.opcode == SendOpcode::AtomicCmpAndSwp {
-                    (Opcode::RcCompareSwap, wr.swap, wr.compare_add)
+                    (Opcode::RcCompareSwap, wr.swap(), wr.compare_add())
                 } else {
-                    (Opcode::RcFetchAdd, wr.compare_add, 0)
+                    (Opcode::RcFetchAdd, wr.compare_add(), 0)
                 };
                 h.bth.opcode = opcode;
                 h.atomic_eth = Some(AtomicEth {
@@ -827,15 +827,16 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                     dma_len: 8,
                 });
                 h.bth.ack_req = true;
-                payload = PayloadSource::Bytes8(wr.atomic_write);
+                payload = PayloadSource::Bytes8(wr.atomic_write());
                 wqe_done_sending = true;
             }
             SendOpcode::Flush => {
                 // One packet, no payload (oA19-2): FETH then RETH.
                 h.bth.opcode = Opcode::RcFlush;
+                let f = wr.flush();
                 h.feth = Some(Feth {
-                    placement: wr.flush.placement,
-                    selectivity: wr.flush.selectivity,
+                    placement: f.placement,
+                    selectivity: f.selectivity,
                 });
                 h.reth = Some(Reth {
                     va: wr.remote_addr,
@@ -871,12 +872,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 let info = opcode.info();
                 if info.has_deth {
                     // UD: the WR's address handle names the destination.
-                    h.bth.dest_qp = wr.ud.remote_qpn & crate::wire::bth::QPN_MASK;
+                    h.bth.dest_qp = wr.ud().remote_qpn & crate::wire::bth::QPN_MASK;
                     h.bth.mig_req = false;
-                    let qkey = if wr.ud.remote_qkey & 0x8000_0000 != 0 {
+                    let qkey = if wr.ud().remote_qkey & 0x8000_0000 != 0 {
                         ctx.qkey
                     } else {
-                        wr.ud.remote_qkey
+                        wr.ud().remote_qkey
                     };
                     h.deth = Some(crate::wire::Deth {
                         qkey,
@@ -950,7 +951,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             h.bth.ack_req = true;
         }
         let path = if ctx.transport == Transport::Ud {
-            &slot.wr.ud.path
+            &slot.wr.ud().path
         } else {
             ctx.path
         };

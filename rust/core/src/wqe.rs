@@ -222,6 +222,41 @@ pub struct UdDest {
     pub remote_qkey: u32,
 }
 
+impl UdDest {
+    /// No destination.
+    pub const EMPTY: UdDest = UdDest {
+        path: crate::apm::PathInfo::EMPTY,
+        remote_qpn: 0,
+        remote_qkey: 0,
+    };
+}
+
+/// The fields of a send work request that only some opcodes carry. One of them at a time
+/// is stored: a send queue slot holds a copy of every posted WR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WrExtra {
+    /// Nothing beyond the common fields.
+    #[default]
+    None,
+    /// CMP_AND_SWP and FETCH_AND_ADD.
+    Atomic {
+        /// Compare value (CMP_AND_SWP) or add value (FETCH_AND_ADD).
+        compare_add: u64,
+        /// Swap value (CMP_AND_SWP).
+        swap: u64,
+    },
+    /// The 8 bytes an ATOMIC WRITE stores, in memory order (carried in the WQE).
+    AtomicWrite([u8; 8]),
+    /// FLUSH parameters.
+    Flush(FlushParams),
+    /// Fast-register parameters (REG_MR).
+    Reg(RegMrParams),
+    /// Memory window bind parameters (BIND_MW).
+    Bind(crate::mw::BindMwParams),
+    /// Destination of a UD send.
+    Ud(UdDest),
+}
+
 /// A send work request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWr {
@@ -241,20 +276,8 @@ pub struct SendWr {
     pub remote_addr: u64,
     /// Remote key (RDMA and atomics).
     pub rkey: u32,
-    /// Compare value (CMP_AND_SWP) or add value (FETCH_AND_ADD).
-    pub compare_add: u64,
-    /// Swap value (CMP_AND_SWP).
-    pub swap: u64,
-    /// Fast-register parameters (REG_MR).
-    pub reg: RegMrParams,
-    /// Memory window bind parameters (BIND_MW).
-    pub bind: crate::mw::BindMwParams,
-    /// The 8 bytes an ATOMIC WRITE stores, in memory order (carried in the WQE).
-    pub atomic_write: [u8; 8],
-    /// FLUSH parameters.
-    pub flush: FlushParams,
-    /// Destination of a UD send.
-    pub ud: UdDest,
+    /// The fields only some opcodes carry.
+    pub extra: WrExtra,
 }
 
 impl SendWr {
@@ -269,28 +292,93 @@ impl SendWr {
             invalidate_rkey: 0,
             remote_addr: 0,
             rkey: 0,
-            compare_add: 0,
-            swap: 0,
-            reg: RegMrParams::default(),
-            bind: crate::mw::BindMwParams {
-                mw_rkey: 0,
-                rkey: 0,
-                mr_lkey: 0,
-                addr: 0,
-                length: 0,
-                access: 0,
-            },
-            atomic_write: [0; 8],
-            flush: FlushParams {
-                length: 0,
-                placement: 0,
-                selectivity: 0,
-            },
-            ud: UdDest {
-                path: crate::apm::PathInfo::EMPTY,
-                remote_qpn: 0,
-                remote_qkey: 0,
-            },
+            extra: WrExtra::None,
+        }
+    }
+
+    /// The compare (CMP_AND_SWP) or add (FETCH_AND_ADD) value of an atomic; 0 otherwise.
+    pub fn compare_add(&self) -> u64 {
+        match self.extra {
+            WrExtra::Atomic { compare_add, .. } => compare_add,
+            _ => 0,
+        }
+    }
+
+    /// The swap value of a CMP_AND_SWP; 0 otherwise.
+    pub fn swap(&self) -> u64 {
+        match self.extra {
+            WrExtra::Atomic { swap, .. } => swap,
+            _ => 0,
+        }
+    }
+
+    /// The 8 bytes an ATOMIC WRITE stores; zeros otherwise.
+    pub fn atomic_write(&self) -> [u8; 8] {
+        match self.extra {
+            WrExtra::AtomicWrite(v) => v,
+            _ => [0; 8],
+        }
+    }
+
+    /// The parameters of a FLUSH; zeros otherwise.
+    pub fn flush(&self) -> FlushParams {
+        match self.extra {
+            WrExtra::Flush(f) => f,
+            _ => FlushParams::default(),
+        }
+    }
+
+    /// The parameters of a REG_MR; zeros otherwise.
+    pub fn reg(&self) -> RegMrParams {
+        match self.extra {
+            WrExtra::Reg(r) => r,
+            _ => RegMrParams::default(),
+        }
+    }
+
+    /// The parameters of a BIND_MW; zeros otherwise.
+    pub fn bind(&self) -> crate::mw::BindMwParams {
+        match self.extra {
+            WrExtra::Bind(b) => b,
+            _ => crate::mw::BindMwParams::default(),
+        }
+    }
+
+    /// The destination of a datagram send; an empty one otherwise.
+    pub fn ud(&self) -> &UdDest {
+        match &self.extra {
+            WrExtra::Ud(u) => u,
+            _ => &UdDest::EMPTY,
+        }
+    }
+
+    /// Sets the destination QP and Q_Key of a datagram send (the WR becomes one).
+    pub fn set_ud_dest(&mut self, remote_qpn: u32, remote_qkey: u32) {
+        match &mut self.extra {
+            WrExtra::Ud(u) => {
+                u.remote_qpn = remote_qpn;
+                u.remote_qkey = remote_qkey;
+            }
+            other => {
+                *other = WrExtra::Ud(UdDest {
+                    path: crate::apm::PathInfo::EMPTY,
+                    remote_qpn,
+                    remote_qkey,
+                })
+            }
+        }
+    }
+
+    /// Sets the path of a datagram send (the WR becomes one).
+    pub fn set_ud_path(&mut self, path: crate::apm::PathInfo) {
+        match &mut self.extra {
+            WrExtra::Ud(u) => u.path = path,
+            other => {
+                *other = WrExtra::Ud(UdDest {
+                    path,
+                    ..UdDest::EMPTY
+                })
+            }
         }
     }
 }
@@ -380,5 +468,58 @@ impl Default for SendSlot {
             read_end: 0,
             status: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apm::PathInfo;
+
+    #[test]
+    fn opcode_fields_read_back_and_read_zero_for_other_opcodes() {
+        let mut wr = SendWr::new(1, SendOpcode::AtomicCmpAndSwp);
+        wr.extra = WrExtra::Atomic {
+            compare_add: 7,
+            swap: 9,
+        };
+        assert_eq!((wr.compare_add(), wr.swap()), (7, 9));
+        assert_eq!(wr.atomic_write(), [0; 8]);
+        assert_eq!(wr.flush(), FlushParams::default());
+        assert_eq!(wr.reg(), RegMrParams::default());
+        assert_eq!(wr.bind(), crate::mw::BindMwParams::default());
+        assert_eq!(*wr.ud(), UdDest::EMPTY);
+        wr.extra = WrExtra::AtomicWrite([1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(wr.atomic_write(), [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!((wr.compare_add(), wr.swap()), (0, 0));
+    }
+
+    #[test]
+    fn a_datagram_destination_is_set_in_two_steps() {
+        let path = PathInfo {
+            port_num: 1,
+            flow_label: 0x12345,
+            ..PathInfo::EMPTY
+        };
+        // Either order: the shell learns the QP and Q_Key from the WQE, the path from the AH.
+        let mut a = SendWr::new(1, SendOpcode::Send);
+        a.set_ud_dest(0x11, 0x22);
+        a.set_ud_path(path);
+        let mut b = SendWr::new(1, SendOpcode::Send);
+        b.set_ud_path(path);
+        b.set_ud_dest(0x11, 0x22);
+        let want = UdDest {
+            path,
+            remote_qpn: 0x11,
+            remote_qkey: 0x22,
+        };
+        assert_eq!((*a.ud(), *b.ud()), (want, want));
+    }
+
+    /// A send queue keeps a copy of every WR in each of its slots (255 for a QP of 128 send
+    /// WRs): the opcode-specific fields share one place, so a slot stays this small.
+    #[test]
+    fn a_send_slot_stays_small() {
+        assert!(core::mem::size_of::<SendSlot>() <= 272);
     }
 }

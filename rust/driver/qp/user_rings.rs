@@ -234,7 +234,7 @@ fn pull_send(
                     // The destination is a user AH of the QP's PD, named by number.
                     match qp.dev.ah(us.ah_num) {
                         Some(ah) if ah.pd_id == qp.pd_id => {
-                            us.wr.ud.path = ah.path;
+                            us.wr.set_ud_path(ah.path);
                             if !paths.has_route(&ah.path) {
                                 paths.want(&ah.path);
                                 break;

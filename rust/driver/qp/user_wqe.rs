@@ -11,7 +11,7 @@
 use crate::ib::uabi::{self, recv_wqe, send_wqe, sge};
 use crate::rvcore::mw::BindMwParams;
 use crate::rvcore::wqe::{
-    FlushParams, RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, MAX_SGE,
+    FlushParams, RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, WrExtra, MAX_SGE,
 };
 
 /// Size of `struct rxe_send_wqe` up to its SGE array / inline data.
@@ -70,12 +70,12 @@ pub(crate) struct UserSend {
     pub wr: SendWr,
     /// `Some(len)`: `len` inline bytes start at [`SEND_WQE_HEADER`] in the element.
     pub inline_len: Option<usize>,
-    /// The AH number of a datagram send (the shell resolves it into `wr.ud.path`).
+    /// The AH number of a datagram send (the shell resolves it into the WR's path).
     pub ah_num: u32,
 }
 
 /// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits;
-/// `datagram`: the QP is UD, and the WQE names its destination (`wr.ud`).
+/// `datagram`: the QP is UD, and the WQE names its destination.
 pub(crate) fn parse_send(
     e: &[u8],
     max_sge: usize,
@@ -104,8 +104,10 @@ pub(crate) fn parse_send(
         wr.rkey = u32_at(e, send_wqe::RDMA_RKEY);
     } else if opcode.is_atomic() {
         wr.remote_addr = u64_at(e, send_wqe::REMOTE_ADDR);
-        wr.compare_add = u64_at(e, send_wqe::ATOMIC_COMPARE_ADD);
-        wr.swap = u64_at(e, send_wqe::ATOMIC_SWAP);
+        wr.extra = WrExtra::Atomic {
+            compare_add: u64_at(e, send_wqe::ATOMIC_COMPARE_ADD),
+            swap: u64_at(e, send_wqe::ATOMIC_SWAP),
+        };
         wr.rkey = u32_at(e, send_wqe::ATOMIC_RKEY);
     }
     if opcode == SendOpcode::AtomicWrite {
@@ -116,7 +118,9 @@ pub(crate) fn parse_send(
         let v = e
             .get(SEND_WQE_HEADER..SEND_WQE_HEADER + 8)
             .ok_or((wr_id, WqeError::Length))?;
-        wr.atomic_write.copy_from_slice(v);
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(v);
+        wr.extra = WrExtra::AtomicWrite(bytes);
         return Ok(UserSend {
             wr,
             inline_len: None,
@@ -125,14 +129,14 @@ pub(crate) fn parse_send(
     }
     if opcode == SendOpcode::BindMw {
         // `ibv_bind_mw` (type 1, the provider writes this WQE) and IBV_WR_BIND_MW (type 2).
-        wr.bind = BindMwParams {
+        wr.extra = WrExtra::Bind(BindMwParams {
             mw_rkey: u32_at(e, send_wqe::MW_MW_RKEY),
             rkey: u32_at(e, send_wqe::MW_RKEY),
             mr_lkey: u32_at(e, send_wqe::MW_MR_LKEY),
             addr: u64_at(e, send_wqe::MW_ADDR),
             length: u64_at(e, send_wqe::MW_LENGTH),
             access: u32_at(e, send_wqe::MW_ACCESS),
-        };
+        });
         return Ok(UserSend {
             wr,
             inline_len: None,
@@ -142,11 +146,11 @@ pub(crate) fn parse_send(
     if opcode == SendOpcode::Flush {
         wr.remote_addr = u64_at(e, send_wqe::REMOTE_ADDR);
         wr.rkey = u32_at(e, send_wqe::FLUSH_RKEY);
-        wr.flush = FlushParams {
+        wr.extra = WrExtra::Flush(FlushParams {
             length: u32_at(e, send_wqe::FLUSH_LENGTH),
             placement: e.get(send_wqe::FLUSH_TYPE).copied().unwrap_or(0),
             selectivity: e.get(send_wqe::FLUSH_LEVEL).copied().unwrap_or(0),
-        };
+        });
         return Ok(UserSend {
             wr,
             inline_len: None,
@@ -155,8 +159,10 @@ pub(crate) fn parse_send(
     }
     let mut ah_num = 0;
     if datagram && !opcode.is_local() {
-        wr.ud.remote_qpn = u32_at(e, send_wqe::UD_REMOTE_QPN);
-        wr.ud.remote_qkey = u32_at(e, send_wqe::UD_REMOTE_QKEY);
+        wr.set_ud_dest(
+            u32_at(e, send_wqe::UD_REMOTE_QPN),
+            u32_at(e, send_wqe::UD_REMOTE_QKEY),
+        );
         ah_num = u32_at(e, send_wqe::UD_AH_NUM);
     }
     let inline = flags & SendFlags::INLINE != 0 && !opcode.is_local();

@@ -32,7 +32,7 @@ use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
-use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot};
+use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, WrExtra};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
@@ -79,20 +79,21 @@ impl QpShared {
                 if wr.opcode == SendOpcode::RegMr {
                     // Fast registration (kernel callers only): the MR, its new key and
                     // rights, and the pages `map_mr_sg` gave it.
-                    wr.reg = wrs.reg_mr::<RvrDevice>().ok_or(EINVAL)?;
+                    wr.extra = WrExtra::Reg(wrs.reg_mr::<RvrDevice>().ok_or(EINVAL)?);
                 }
                 if sig_all {
                     wr.flags.0 |= SendFlags::SIGNALED;
                 }
-                if datagram {
+                if datagram && !wr.opcode.is_local() {
                     // The destination is the WR's AH, of the QP's PD. Its route is looked up
                     // by the work item (this may be atomic context) before it transmits.
                     let ah = wrs.ah::<RvrDevice>().ok_or(EINVAL)?;
                     if ah.pd_id != self.pd_id {
                         return Err(EINVAL);
                     }
-                    wr.ud.path = ah.path.to_info(0, 0);
-                    wanted.add(&wr.ud.path);
+                    let path = ah.path.to_info(0, 0);
+                    wanted.add(&path);
+                    wr.set_ud_path(path);
                 }
                 core.post_send(&wr, out).map_err(post_errno)?;
             }

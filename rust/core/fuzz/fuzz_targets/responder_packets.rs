@@ -39,7 +39,8 @@ use rvrdma_core::wire::{
     Position, Reth, Syndrome, Transport,
 };
 use rvrdma_core::wqe::{
-    RecvSlot, RecvWr, RegMrParams, SendFlags, SendOpcode, SendSlot, SendWr, SgList, Sge,
+    RecvSlot, RecvWr, RegMrParams, SendFlags, SendOpcode, SendSlot, SendWr, SgList, Sge, UdDest,
+    WrExtra,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -840,18 +841,23 @@ impl Driver {
         wr.invalidate_rkey = KEY_SPARE;
         wr.remote_addr = inp.u64();
         wr.rkey = inp.u32();
-        wr.compare_add = inp.u64();
-        wr.swap = inp.u64();
-        wr.reg = RegMrParams {
-            key: KEY_SPARE,
-            iova: 0x8_0000,
-            length: 256,
-            access: ACCESS_LOCAL_WRITE,
-            mr_handle: 1,
+        let (compare_add, swap) = (inp.u64(), inp.u64());
+        wr.extra = match op {
+            _ if op.is_atomic() => WrExtra::Atomic { compare_add, swap },
+            SendOpcode::RegMr => WrExtra::Reg(RegMrParams {
+                key: KEY_SPARE,
+                iova: 0x8_0000,
+                length: 256,
+                access: ACCESS_LOCAL_WRITE,
+                mr_handle: 1,
+            }),
+            // Ignored by the RC and UC QPs.
+            _ => WrExtra::Ud(UdDest {
+                path: path(0),
+                remote_qpn: DEST_QPN,
+                remote_qkey: 0x8000_0000,
+            }),
         };
-        wr.ud.path = path(0);
-        wr.ud.remote_qpn = DEST_QPN;
-        wr.ud.remote_qkey = 0x8000_0000;
         self.out.send.outstanding.push_back((wr.wr_id, 0));
         let r = self.call(|d| d.qp.post_send(&wr, &mut d.out));
         if r.is_err() {

@@ -15,7 +15,8 @@ use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
 use rvrdma_core::wire::feth::{PLACEMENT_GLOBAL, SELECT_MR, SELECT_RANGE};
 use rvrdma_core::wire::Headers;
 use rvrdma_core::wqe::{
-    FlushParams, RecvSlot, RecvWr, SendFlags, SendOpcode, SendSlot, SendWr, SgList, Sge,
+    FlushParams, RecvSlot, RecvWr, RegMrParams, SendFlags, SendOpcode, SendSlot, SendWr, SgList,
+    Sge, WrExtra,
 };
 
 use super::mem::SimMem;
@@ -618,7 +619,10 @@ impl Sim {
                     if op == SendOpcode::AtomicFetchAndAdd {
                         let add = r.next_u64();
                         plan.wr.remote_addr = BASE_ATOM;
-                        plan.wr.compare_add = add;
+                        plan.wr.extra = WrExtra::Atomic {
+                            compare_add: add,
+                            swap: 0,
+                        };
                         plan.atomic_orig = fadd_acc;
                         fadd_acc = fadd_acc.wrapping_add(add);
                         self.fadd_sum[peer] = self.fadd_sum[peer].wrapping_add(add);
@@ -627,8 +631,10 @@ impl Sim {
                         cas_slot += 1;
                         let cur = self.atom_read(peer, slot);
                         plan.wr.remote_addr = BASE_ATOM + slot as u64 * 8;
-                        plan.wr.compare_add = if self.rng.chance(700) { cur } else { cur ^ 1 };
-                        plan.wr.swap = self.rng.next_u64();
+                        plan.wr.extra = WrExtra::Atomic {
+                            compare_add: if self.rng.chance(700) { cur } else { cur ^ 1 },
+                            swap: self.rng.next_u64(),
+                        };
                         plan.atomic_orig = cur;
                     }
                     plan.wr.rkey = KEY_ATOM;
@@ -638,16 +644,16 @@ impl Sim {
                     wtgt_off = (wtgt_off + 7) & !7;
                     plan.wr.remote_addr = BASE_WTGT + wtgt_off;
                     plan.wr.rkey = KEY_WTGT;
-                    plan.wr.atomic_write = r.next_u64().to_ne_bytes();
+                    plan.wr.extra = WrExtra::AtomicWrite(r.next_u64().to_ne_bytes());
                     plan.check_va = plan.wr.remote_addr;
-                    plan.data = plan.wr.atomic_write.to_vec();
+                    plan.data = plan.wr.atomic_write().to_vec();
                     wtgt_off += 16;
                 }
                 SendOpcode::Flush => {
                     self.placed_posted[peer].1 += 1;
                     plan.wr.remote_addr = BASE_WTGT;
                     plan.wr.rkey = KEY_WTGT;
-                    plan.wr.flush = FlushParams {
+                    plan.wr.extra = WrExtra::Flush(FlushParams {
                         length: len.min(self.cfg.buf() as u32),
                         placement: PLACEMENT_GLOBAL,
                         selectivity: if r.chance(300) {
@@ -655,17 +661,20 @@ impl Sim {
                         } else {
                             SELECT_RANGE
                         },
-                    };
+                    });
                 }
                 SendOpcode::LocalInv => {
                     plan.wr.invalidate_rkey = KEY_SPARE;
                     spare_valid = false;
                 }
                 SendOpcode::RegMr => {
-                    plan.wr.reg.key = KEY_SPARE;
-                    plan.wr.reg.iova = BASE_SPARE;
-                    plan.wr.reg.length = 4096;
-                    plan.wr.reg.access = ACCESS_LOCAL_WRITE;
+                    plan.wr.extra = WrExtra::Reg(RegMrParams {
+                        key: KEY_SPARE,
+                        iova: BASE_SPARE,
+                        length: 4096,
+                        access: ACCESS_LOCAL_WRITE,
+                        mr_handle: 0,
+                    });
                     spare_valid = true;
                 }
                 _ => {}

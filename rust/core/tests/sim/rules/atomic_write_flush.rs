@@ -14,7 +14,7 @@ use rvrdma_core::qp_state::{AttrMask, QpState};
 use rvrdma_core::requester::PostError;
 use rvrdma_core::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR, SELECT_RANGE};
 use rvrdma_core::wire::{Feth, NakCode, Opcode};
-use rvrdma_core::wqe::{FlushParams, SendOpcode, SendWr};
+use rvrdma_core::wqe::{FlushParams, SendOpcode, SendWr, WrExtra};
 
 use super::fixtures::*;
 
@@ -30,7 +30,7 @@ fn atomic_write_wr(id: u64, rkey: u32, va: u64, value: [u8; 8]) -> SendWr {
     let mut wr = SendWr::new(id, SendOpcode::AtomicWrite);
     wr.rkey = rkey;
     wr.remote_addr = va;
-    wr.atomic_write = value;
+    wr.extra = WrExtra::AtomicWrite(value);
     wr
 }
 
@@ -38,11 +38,11 @@ fn flush_wr(id: u64, rkey: u32, va: u64, length: u32, placement: u8, sel: u8) ->
     let mut wr = SendWr::new(id, SendOpcode::Flush);
     wr.rkey = rkey;
     wr.remote_addr = va;
-    wr.flush = FlushParams {
+    wr.extra = WrExtra::Flush(FlushParams {
         length,
         placement,
         selectivity: sel,
-    };
+    });
     wr
 }
 

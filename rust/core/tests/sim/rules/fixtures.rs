@@ -332,10 +332,13 @@ impl Duo {
         inv.invalidate_rkey = RMT;
         self.post(0, inv).expect("post");
         let mut reg = SendWr::new(2, SendOpcode::RegMr);
-        reg.reg.key = RMT;
-        reg.reg.iova = RMT_VA;
-        reg.reg.length = 1 << 16;
-        reg.reg.access = ACCESS_LOCAL_WRITE;
+        reg.extra = rvrdma_core::wqe::WrExtra::Reg(rvrdma_core::wqe::RegMrParams {
+            key: RMT,
+            iova: RMT_VA,
+            length: 1 << 16,
+            access: ACCESS_LOCAL_WRITE,
+            mr_handle: 0,
+        });
         self.post(0, reg).expect("post");
     }
 

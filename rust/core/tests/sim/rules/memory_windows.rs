@@ -7,7 +7,7 @@ use rvrdma_core::events::{AsyncEvent, WcOpcode, WcStatus};
 use rvrdma_core::memory::{ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
 use rvrdma_core::mw::{BindMwParams, MwType, ACCESS_MW_BIND};
 use rvrdma_core::qp_state::QpState;
-use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
+use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge, WrExtra};
 
 use super::fixtures::*;
 
@@ -23,14 +23,14 @@ const OLD: u8 = 0x5A;
 
 fn bind_wr(id: u64, mw_rkey: u32, access: u32) -> SendWr {
     let mut wr = SendWr::new(id, SendOpcode::BindMw);
-    wr.bind = BindMwParams {
+    wr.extra = WrExtra::Bind(BindMwParams {
         mw_rkey,
         rkey: (mw_rkey & !0xff) | ((mw_rkey + 1) & 0xff),
         mr_lkey: WMR,
         addr: WIN_VA,
         length: WIN_LEN,
         access,
-    };
+    });
     wr
 }
 
@@ -212,16 +212,24 @@ fn o10_37_2_26_local_inv_of_a_type1_window_fails_the_qp() {
     assert_eq!(d.state(1), QpState::Error);
 }
 
+/// The bind parameters of a BIND_MW request.
+fn bind_of(w: &mut SendWr) -> &mut BindMwParams {
+    match &mut w.extra {
+        WrExtra::Bind(b) => b,
+        other => panic!("not a bind: {other:?}"),
+    }
+}
+
 /// rdma_rxe: a refused bind completes with IB_WC_MW_BIND_ERR and the QP enters Error (later
 /// work requests flush).
 #[test]
 fn refused_bind_is_an_mw_bind_error_and_the_qp_fails() {
     type Spoil = fn(&mut SendWr);
     let cases: [(&str, Spoil); 4] = [
-        ("unknown window", |w| w.bind.mw_rkey = 0x55 << 8),
-        ("stale window key", |w| w.bind.mw_rkey ^= 1),
-        ("MR without MW bind", |w| w.bind.mr_lkey = RMT),
-        ("window past the MR", |w| w.bind.length = WMR_LEN as u64),
+        ("unknown window", |w| bind_of(w).mw_rkey = 0x55 << 8),
+        ("stale window key", |w| bind_of(w).mw_rkey ^= 1),
+        ("MR without MW bind", |w| bind_of(w).mr_lkey = RMT),
+        ("window past the MR", |w| bind_of(w).length = WMR_LEN as u64),
     ];
     for (case, spoil) in cases {
         let mut d = duo(MwType::Type2);

@@ -154,7 +154,10 @@ fn odp_atomic_not_resident_executes_once_when_taken_again() {
     .expect("sg");
     fa.remote_addr = ATM_VA;
     fa.rkey = ATM;
-    fa.compare_add = 2;
+    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
+        compare_add: 2,
+        swap: 0,
+    };
     d.post(0, fa).expect("post");
     d.progress(0);
     let pk = d.take(0);

@@ -131,7 +131,10 @@ fn requester_read_and_atomic_responses_fill_local_memory() {
     .expect("sg");
     fa.remote_addr = ATM_VA;
     fa.rkey = ATM;
-    fa.compare_add = 5;
+    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
+        compare_add: 5,
+        swap: 0,
+    };
     d.post(0, fa).expect("post");
     d.post(0, fa).expect("post");
     d.pump();

@@ -140,9 +140,8 @@ pub(super) fn ud_pair(qkeys: [u32; 2]) -> Duo {
 
 pub(super) fn ud_send(id: u64, len: u32, qkey: u32) -> SendWr {
     let mut w = send_wr(id, SendOpcode::SendWithImm, len);
-    w.ud.path = path(0, 0);
-    w.ud.remote_qpn = 0x12;
-    w.ud.remote_qkey = qkey;
+    w.set_ud_path(path(0, 0));
+    w.set_ud_dest(0x12, qkey);
     w
 }
 
@@ -288,9 +287,8 @@ fn gsi_sends_with_qp1_and_its_qkey_and_receives_the_ipv4_header() {
     fill(&d.e[0].mem, SRC, SRC_VA, &mad);
     d.post_recv(1, 1024).expect("recv");
     let mut w = send_wr(1, SendOpcode::Send, 256);
-    w.ud.path = path(0, 0);
-    w.ud.remote_qpn = 1;
-    w.ud.remote_qkey = 0x8000_0000;
+    w.set_ud_path(path(0, 0));
+    w.set_ud_dest(1, 0x8000_0000);
     d.post(0, w).expect("post");
     d.progress(0);
     let p = d.take(0);
@@ -343,7 +341,8 @@ fn ud_multicast_reaches_ud_qps_only() {
     fill(&d.e[0].mem, SRC, SRC_VA, &data);
     d.post_recv(1, 1024).expect("recv");
     let mut w = ud_send(1, 100, 0x2222);
-    w.ud.remote_qpn = MULTICAST_QPN;
+    let qkey = w.ud().remote_qkey;
+    w.set_ud_dest(MULTICAST_QPN, qkey);
     d.post(0, w).expect("post");
     d.progress(0);
     let p = d.take(0);
