@@ -549,7 +549,7 @@ unsafe fn sg_list(list: *const b::ib_sge, num: c_int) -> Result<SgList> {
 pub struct SendWrList<'a> {
     next: *const b::ib_send_wr,
     bad: &'a mut *const b::ib_send_wr,
-    /// The QP is UD or GSI: every WR is the `wr` member of an `ib_ud_wr`.
+    /// The QP is UD or GSI: every WR but a local operation's is the `wr` member of an `ib_ud_wr`.
     datagram: bool,
     /// The AH of the WR returned last (datagram QPs).
     ah: *const b::ib_ah,
@@ -908,4 +908,52 @@ unsafe extern "C" fn detach_mcast<T: QpVerbs>(
     // SAFETY: as in `attach_mcast`.
     let (data, gid) = unsafe { (qp_data::<T>(ibqp), *(*gid).raw.as_ref()) };
     from_result(|| T::detach_mcast(data, &gid).map(|()| 0))
+}
+
+#[kernel::prelude::kunit_tests(rvrdma_send_wr)]
+mod kunit_send_wr {
+    use super::{b, SendWrList};
+    use crate::rvcore::wqe::{SendOpcode, UdDest};
+
+    /// A list of the one WR `wr` on a UD QP, as `post_send` builds it.
+    fn ud_list<'a>(wr: &b::ib_send_wr, bad: &'a mut *const b::ib_send_wr) -> SendWrList<'a> {
+        SendWrList {
+            next: wr,
+            bad,
+            datagram: true,
+            ah: core::ptr::null(),
+            reg: core::ptr::null(),
+        }
+    }
+
+    /// A fast registration on a UD QP is an `ib_reg_wr`: its MR pointer, where an `ib_ud_wr`
+    /// has its AH, is not taken for an AH, and nothing past it is read as a destination.
+    #[test]
+    fn a_fast_registration_on_a_ud_qp_is_not_read_as_a_ud_wr() {
+        let mut reg = b::ib_reg_wr::default();
+        reg.wr.opcode = b::ib_wr_opcode_IB_WR_REG_MR;
+        reg.mr = core::ptr::NonNull::dangling().as_ptr();
+        let mut bad = core::ptr::null();
+        let mut list = ud_list(&reg.wr, &mut bad);
+        let wr = list.next_wr().ok().flatten();
+        assert!(wr.is_some_and(|w| w.opcode == SendOpcode::RegMr && *w.ud() == UdDest::EMPTY));
+        assert!(list.ah.is_null());
+        assert!(core::ptr::eq(list.reg, &reg));
+    }
+
+    /// A LOCAL_INV is a bare `ib_send_wr`: on a UD QP nothing past its end is read.
+    #[test]
+    fn a_local_invalidate_on_a_ud_qp_reads_only_its_own_wr() {
+        let mut wr = b::ib_send_wr::default();
+        wr.opcode = b::ib_wr_opcode_IB_WR_LOCAL_INV;
+        // SAFETY: `invalidate_rkey` is the member a LOCAL_INV uses; any `u32` is valid.
+        unsafe { *wr.ex.invalidate_rkey.as_mut() = 0x1234_5678 };
+        let mut bad = core::ptr::null();
+        let mut list = ud_list(&wr, &mut bad);
+        let got = list.next_wr().ok().flatten();
+        assert!(got.is_some_and(|w| w.opcode == SendOpcode::LocalInv
+            && w.invalidate_rkey == 0x1234_5678
+            && *w.ud() == UdDest::EMPTY));
+        assert!(list.ah.is_null());
+    }
 }
