@@ -930,9 +930,14 @@ mod kunit_send_wr {
     /// has its AH, is not taken for an AH, and nothing past it is read as a destination.
     #[test]
     fn a_fast_registration_on_a_ud_qp_is_not_read_as_a_ud_wr() {
-        let mut reg = b::ib_reg_wr::default();
-        reg.wr.opcode = b::ib_wr_opcode_IB_WR_REG_MR;
-        reg.mr = core::ptr::NonNull::dangling().as_ptr();
+        let reg = b::ib_reg_wr {
+            wr: b::ib_send_wr {
+                opcode: b::ib_wr_opcode_IB_WR_REG_MR,
+                ..Default::default()
+            },
+            mr: core::ptr::NonNull::dangling().as_ptr(),
+            ..Default::default()
+        };
         let mut bad = core::ptr::null();
         let mut list = ud_list(&reg.wr, &mut bad);
         let wr = list.next_wr().ok().flatten();
@@ -944,8 +949,10 @@ mod kunit_send_wr {
     /// A LOCAL_INV is a bare `ib_send_wr`: on a UD QP nothing past its end is read.
     #[test]
     fn a_local_invalidate_on_a_ud_qp_reads_only_its_own_wr() {
-        let mut wr = b::ib_send_wr::default();
-        wr.opcode = b::ib_wr_opcode_IB_WR_LOCAL_INV;
+        let mut wr = b::ib_send_wr {
+            opcode: b::ib_wr_opcode_IB_WR_LOCAL_INV,
+            ..Default::default()
+        };
         // SAFETY: `invalidate_rkey` is the member a LOCAL_INV uses; any `u32` is valid.
         unsafe { *wr.ex.invalidate_rkey.as_mut() = 0x1234_5678 };
         let mut bad = core::ptr::null();
