@@ -872,12 +872,13 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 let info = opcode.info();
                 if info.has_deth {
                     // UD: the WR's address handle names the destination.
-                    h.bth.dest_qp = wr.ud().remote_qpn & crate::wire::bth::QPN_MASK;
+                    let ud = wr.ud();
+                    h.bth.dest_qp = ud.remote_qpn & crate::wire::bth::QPN_MASK;
                     h.bth.mig_req = false;
-                    let qkey = if wr.ud().remote_qkey & 0x8000_0000 != 0 {
+                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
                         ctx.qkey
                     } else {
-                        wr.ud().remote_qkey
+                        ud.remote_qkey
                     };
                     h.deth = Some(crate::wire::Deth {
                         qkey,

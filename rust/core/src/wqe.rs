@@ -361,9 +361,9 @@ impl SendWr {
             }
             other => {
                 *other = WrExtra::Ud(UdDest {
-                    path: crate::apm::PathInfo::EMPTY,
                     remote_qpn,
                     remote_qkey,
+                    ..UdDest::EMPTY
                 })
             }
         }

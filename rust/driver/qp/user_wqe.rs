@@ -118,9 +118,7 @@ pub(crate) fn parse_send(
         let v = e
             .get(SEND_WQE_HEADER..SEND_WQE_HEADER + 8)
             .ok_or((wr_id, WqeError::Length))?;
-        let mut bytes = [0; 8];
-        bytes.copy_from_slice(v);
-        wr.extra = WrExtra::AtomicWrite(bytes);
+        wr.extra = WrExtra::AtomicWrite(v.try_into().map_err(|_| (wr_id, WqeError::Length))?);
         return Ok(UserSend {
             wr,
             inline_len: None,
