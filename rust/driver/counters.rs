@@ -118,6 +118,9 @@ counters! {
     /// Times a QP's sending moved to the CPU of its previous batch, which another CPU could
     /// have overtaken (see `net::backlog`).
     tx_cpu_handoffs,
+    /// Doorbells of unsignaled RDMA Reads and atomics whose requests another CPU sent, so
+    /// that the call returned before their responses (see `QpShared::flush_tx_elsewhere`).
+    tx_doorbell_handoffs,
     /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
     /// `net::tx::Burst`).
     tx_burst_pkts,

@@ -5,7 +5,7 @@
 
 tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
 ktap_print_header
-ktap_set_plan $((${#tests[@]} + 6))
+ktap_set_plan $((${#tests[@]} + 11))
 dut_setup 1
 pair_up
 
@@ -76,6 +76,34 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 else
 	ktap_test_skip "ib_read_bw 4 KiB, one Read in flight: the requester queues none of its responses: rvrdma's counter"
 	ktap_test_skip "ib_read_bw 4 KiB, 16 Reads in flight: the requester queues responses: rvrdma's counter"
+fi
+# Unsignaled Reads and atomics posted back to back: a doorbell that takes only such WQEs hands
+# their sending to another CPU, so that the call returns before their responses and they overlap.
+# Every signaled one (a latency test waits for each) stays inline. unsignaled.py checks every byte
+# read and every atomic's result through that path; ib_atomic_bw posts unsignaled atomics
+# (perftest's CQ moderation), ib_atomic_lat signals every one.
+handoffs() { link_stat "${DUT}0" tx_doorbell_handoffs; }
+handoffs_before=$(handoffs)
+run_points 1 "unsignaled.py ${DUT}0 -> ${DUT}1" timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) \
+	"$PY" "$RVRDMA_TESTS_DIR/unsignaled.py" "${DUT}0" "$GA" "${DUT}1" "$GB"
+doorbell_handoffs() {
+	local before
+	before=$(handoffs)
+	pf_run "$1" "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 200 >&2 || return 1
+	echo $(($(handoffs) - before))
+}
+if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
+	n=$(($(handoffs) - handoffs_before))
+	diag "doorbell hand-offs during unsignaled.py: $n"
+	check "unsignaled.py's doorbells handed their requests to another CPU" test "$n" -gt 0
+	check "ib_atomic_bw (unsignaled atomics): the doorbells hand their requests to another CPU" \
+		eval 'n=$(doorbell_handoffs ib_atomic_bw) && diag "doorbell hand-offs: $n" && [ "$n" -gt 0 ]'
+	check "ib_atomic_lat (every atomic signaled): no doorbell hands its request off" \
+		eval 'n=$(doorbell_handoffs ib_atomic_lat) && diag "doorbell hand-offs: $n" && [ "$n" -eq 0 ]'
+else
+	ktap_test_skip "unsignaled.py's doorbells handed their requests to another CPU: rvrdma's counter"
+	ktap_test_skip "ib_atomic_bw: the doorbells hand their requests to another CPU: rvrdma's counter"
+	ktap_test_skip "ib_atomic_lat: no doorbell hands its request off: rvrdma's counter"
 fi
 # Scale: 1,024 QPs on each side, none with a receive posted. Idle QPs must cost no CPU: a timer
 # per QP that fired on its own would starve the guest at this count and the run would not end.

@@ -121,16 +121,18 @@ class Dev:
 
 class Qp:
     """A QP (RC unless `qp_type` says otherwise) with its own CQ (send and receive), `depth` WRs
-    deep on each queue, with up to `send_sge` / `recv_sge` SGEs per WR."""
+    deep on each queue, with up to `send_sge` / `recv_sge` SGEs per WR; with `sig_all` False
+    only send WRs flagged IBV_SEND_SIGNALED complete visibly."""
 
     def __init__(self, dev, cqe=64, srq=None, depth=16, send_sge=1, recv_sge=1,
-                 qp_type=e.IBV_QPT_RC):
+                 qp_type=e.IBV_QPT_RC, sig_all=True):
         self.dev = dev
         self.qp_type = qp_type
         self.cq = CQ(dev.ctx, cqe)
         cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=send_sge,
                     max_recv_sge=recv_sge)
-        kw = dict(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap)
+        kw = dict(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap,
+                  sq_sig_all=1 if sig_all else 0)
         if srq is not None:
             kw["srq"] = srq
         self.qp = QP(dev.pd, QPInitAttr(**kw))

@@ -328,7 +328,8 @@ impl QpShared {
     /// is due (the work item it schedules does it; a process-context caller may do it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
         let from_queue = matches!(entry, Entry::RxQueue);
-        let (pending, more, route, fault) = {
+        let doorbell = matches!(entry, Entry::Doorbell);
+        let (pending, more, route, fault, elsewhere) = {
             let mut g = self.inner.lock();
             if g.dead {
                 return false;
@@ -338,14 +339,22 @@ impl QpShared {
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
             let route = inner.paths.lookup_due();
+            let elsewhere = doorbell
+                && inner.user.took_unsignaled_rd_atomic()
+                && inner.core.sq_logic().config().max_rd_atomic > 1;
             (
                 inner.pending.take(),
                 more || route,
                 route,
                 inner.odp.fault.is_some(),
+                elsewhere,
             )
         };
-        self.flush_tx();
+        if elsewhere {
+            self.flush_tx_elsewhere();
+        } else {
+            self.flush_tx();
+        }
         self.free_rx();
         if from_queue && self.rx_waiting() {
             self.schedule_rx(None);

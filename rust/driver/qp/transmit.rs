@@ -222,6 +222,31 @@ impl QpShared {
         self.flush_stream(false);
     }
 
+    /// Sends the queued requests from another CPU, the responses from here: for a doorbell
+    /// whose WQEs are all unsignaled RDMA Reads or atomics, on a QP that keeps more than one
+    /// outstanding. Nothing the application sees waits for their responses (a later signaled
+    /// WR reports them), but sent from here the whole round trip would run inside the doorbell
+    /// call (the veth's backlog runs when bottom halves come back on), so back-to-back Reads or
+    /// atomics would go one round trip at a time. Sent from another CPU, the call returns once
+    /// the requests are built and they overlap: their responses are received there, and the
+    /// requests those free are built and sent there too.
+    pub(super) fn flush_tx_elsewhere(self: &Arc<Self>) {
+        let other = if self.requests.queue.is_empty() {
+            None
+        } else {
+            crate::sync::bh::with_bh_disabled(backlog::other_cpu)
+        };
+        match other {
+            Some(cpu) => {
+                Counters::inc(&self.dev.counters.tx_doorbell_handoffs);
+                // Already queued: that run sends these too.
+                let _ = workqueue::enqueue_on::<_, 1>(cpu, self.clone());
+            }
+            None => self.flush_stream(true),
+        }
+        self.flush_stream(false);
+    }
+
     /// Sends the packets of one stream in the order they were built, unless another context is
     /// at it (it then sends ours too): from the CPU that sent the stream's last batch, or from
     /// this one once nothing sent before can be overtaken (see [`crate::net::backlog`]);

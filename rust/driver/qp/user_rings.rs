@@ -51,6 +51,8 @@ pub(crate) struct UserRings {
     asked: u64,
     /// Until when the peer may be waiting for credits (ns, [`now_ns`] clock).
     credit_wanted_until: u64,
+    /// The last pull took send WQEs, every one an unsignaled RDMA Read or atomic.
+    unsignaled_rd_atomic: bool,
 }
 
 impl UserRings {
@@ -77,6 +79,7 @@ impl UserRings {
             poll_period: 0,
             asked: 0,
             credit_wanted_until: 0,
+            unsignaled_rd_atomic: false,
         })
     }
 
@@ -97,6 +100,7 @@ impl UserRings {
             elem,
             inline,
             sq_pulled,
+            unsignaled_rd_atomic,
             ..
         } = self;
         if let Some(rq) = rq.as_ref() {
@@ -117,8 +121,15 @@ impl UserRings {
                 inline,
                 pulled: sq_pulled,
             };
-            let _ = pull_send(&mut send, core, qp, paths, &mut out);
+            *unsignaled_rd_atomic = pull_send(&mut send, core, qp, paths, &mut out)
+                .is_ok_and(|t| t == Taken::UnsignaledRdAtomic);
         }
+    }
+
+    /// Whether the last [`Self::pull`] took send WQEs and every one was an unsignaled RDMA Read
+    /// or atomic (see [`QpShared::flush_tx_elsewhere`](super::QpShared::flush_tx_elsewhere)).
+    pub(crate) fn took_unsignaled_rd_atomic(&self) -> bool {
+        self.unsignaled_rd_atomic
     }
 
     /// Publishes the receive ring's consumer index behind the WQEs the core still holds (their
@@ -198,8 +209,6 @@ fn pull_recv(
     }
 }
 
-/// Takes user send WQEs into the core while it has room. `Err` if the QP's state refuses
-/// sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
 /// The parts of [`UserRings`] that taking send WQEs uses.
 struct SendPull<'a> {
     sq: &'a mut Ring,
@@ -208,13 +217,27 @@ struct SendPull<'a> {
     pulled: &'a mut u64,
 }
 
+/// What a pull of send WQEs took into the core.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// No WQE.
+    Nothing,
+    /// Only unsignaled RDMA Reads and atomics.
+    UnsignaledRdAtomic,
+    /// Anything else.
+    Other,
+}
+
+/// Takes user send WQEs into the core while it has room, and says what it took. `Err` if the
+/// QP's state refuses sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
 fn pull_send(
     rings: &mut SendPull<'_>,
     core: &mut CoreQp,
     qp: &QpShared,
     paths: &mut QpPaths,
     out: &mut QpOut<'_>,
-) -> Result {
+) -> Result<Taken> {
+    let mut taken = Taken::Nothing;
     let sq = &mut *rings.sq;
     let elem = &mut *rings.elem;
     let pulled = &mut *rings.pulled;
@@ -264,8 +287,17 @@ fn pull_send(
                     };
                     us.wr.sg = SgList::from_slice(&[sge]).unwrap_or(SgList::EMPTY);
                 }
+                let unsignaled_rd_atomic =
+                    us.wr.opcode.is_read_or_atomic() && us.wr.flags.0 & SendFlags::SIGNALED == 0;
                 match core.post_send(&us.wr, out) {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        taken = match (taken, unsignaled_rd_atomic) {
+                            (Taken::Nothing | Taken::UnsignaledRdAtomic, true) => {
+                                Taken::UnsignaledRdAtomic
+                            }
+                            _ => Taken::Other,
+                        };
+                    }
                     Err(PostError::InvalidState) => return Err(EINVAL),
                     Err(PostError::QueueFull) => break,
                     Err(PostError::InvalidWr) => {
@@ -280,7 +312,7 @@ fn pull_send(
         *pulled = pulled.wrapping_add(1);
         sq.advance_consumer();
     }
-    Ok(())
+    Ok(taken)
 }
 
 /// A malformed user WQE: it completes with `IB_WC_LOC_QP_OP_ERR` and the QP enters Error
