@@ -48,14 +48,14 @@ def run(a, b, rounds, rng):
     counter = rng.getrandbits(64)
     b.mr.write(counter.to_bytes(8, "little"), 8, COUNTER)
     for r in range(rounds):
-        # Targets start as the complement of what should land there.
-        a.mr.write(bytes(x ^ 0xFF for x in src[:PER_ROUND * 4096]), PER_ROUND * 4096, READ_AT)
         a.mr.write(b"\xa5" * (PER_ROUND * 8), PER_ROUND * 8, RESULT_AT)
         reads, adds = [], []
         for i in range(PER_ROUND):
             size = rng.choice((1, 8, 1000, 1024, 4096))
             off = rng.randrange(0, SRC - size + 1)
             reads.append((i, off, size))
+            # The target starts as the complement of what should land there: every byte differs.
+            a.mr.write(bytes(x ^ 0xFF for x in src[off:off + size]), size, READ_AT + i * 4096)
             # pyverbs's SendWR is signaled unless told otherwise.
             wr = SendWR(wr_id=2 * i, opcode=e.IBV_WR_RDMA_READ, num_sge=1,
                         sg=[SGE(a.mr.buf + READ_AT + i * 4096, size, a.mr.lkey)], send_flags=0)
