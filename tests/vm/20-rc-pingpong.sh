@@ -39,7 +39,7 @@ switches() {
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((6 + 5 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -62,6 +62,10 @@ main() {
 	check "rx_spread off: nothing was queued" eval '[ "$(($(queued 0) + $(queued 1)))" -eq "$before" ]'
 	check "tx_burst off: nothing left in a burst" eval '[ "$(($(bursts 0) + $(bursts 1)))" -eq "$sent" ]'
 	switches 1
+	# A queue keeps room for just the QP's max_send_sge/max_recv_sge elements a WR, the slots'
+	# lists side by side: WRs that fill the room must not spill into the next slot's.
+	traffic_check "traffic.py with QPs of 2 SGEs a WR, lists of 1 or 2: data and completions intact" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 1024 --max-sge 2 --random 6
 	traffic_check "traffic.py: every op both ways, IPv4, MTU 4096, data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 4096 --random 10
 	for mtu in "${mtus[@]}"; do

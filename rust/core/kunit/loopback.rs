@@ -13,7 +13,7 @@ use crate::rvcore::mw::BindMwParams;
 use crate::rvcore::qp::{Qp, QpAttrs, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::wire::{pad_count, Headers, ICRC_LEN};
-use crate::rvcore::wqe::{RecvSlot, RecvWr, RegMrParams, SendSlot, SendWr, SgList, Sge};
+use crate::rvcore::wqe::{RecvSlot, RecvWr, RegMrParams, SendSlot, SendWr, SgList, Sge, MAX_SGE};
 use kernel::prelude::*;
 
 /// The one memory region of a test node: `KEY` names it for local and remote access.
@@ -196,7 +196,7 @@ impl Outputs for TestOut {
     fn cancel_timer(&mut self, _which: Timer) {}
 }
 
-type TestQp = Qp<KVec<SendSlot>, KVec<RecvSlot>>;
+type TestQp = Qp<KVec<SendSlot>, KVec<RecvSlot>, KVec<Sge>>;
 
 struct Node {
     qp: TestQp,
@@ -220,8 +220,14 @@ fn node(i: u8) -> Result<Node> {
             qpn: 0x11 + u32::from(i),
             srq: false,
         },
-        KVec::from_elem(SendSlot::default(), 16, GFP_KERNEL)?,
-        KVec::from_elem(RecvSlot::default(), 16, GFP_KERNEL)?,
+        (
+            KVec::from_elem(SendSlot::default(), 16, GFP_KERNEL)?,
+            KVec::from_elem(Sge::default(), 16 * MAX_SGE, GFP_KERNEL)?,
+        ),
+        (
+            KVec::from_elem(RecvSlot::default(), 16, GFP_KERNEL)?,
+            KVec::from_elem(Sge::default(), 16 * MAX_SGE, GFP_KERNEL)?,
+        ),
     )
     .ok_or(EINVAL)?;
     let mem = TestMem(KVec::from_elem(0u8, LEN, GFP_KERNEL)?);

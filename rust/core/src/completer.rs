@@ -9,10 +9,11 @@ use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
 use crate::requester::{
     local_ack_timeout_ns, SqLogic, SqOutcome, TxCtx, CWND_AFTER_TIMEOUT, CWND_MIN, MAX_UNACKED_PSNS,
 };
+use crate::sg_pool::SgStore;
 use crate::wire::{aeth::rnr_timer_ns, Headers, NakCode, Operation, Syndrome, Transport};
 use crate::wqe::{SendFlags, SendOpcode, SendSlot};
 
-impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
+impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
     /// The oldest WQE (counter) that is not done.
     pub(crate) fn oldest_pending(&self) -> Option<u64> {
         let mut c = self.head;
@@ -418,7 +419,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             return SqOutcome::Ok;
         }
         if !payload.is_empty() {
-            match mem.scatter(s.wr.sg.as_slice(), s.read_done, payload) {
+            match mem.scatter(self.sges(c), s.read_done, payload) {
                 Ok(()) => {}
                 // Not taken: handed in again once the memory is resident.
                 Err(MemError::NotPresent) => return SqOutcome::Ok,
@@ -468,7 +469,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             return SqOutcome::Ok;
         }
         let bytes = orig.orig.to_ne_bytes();
-        match mem.scatter(s.wr.sg.as_slice(), 0, &bytes) {
+        match mem.scatter(self.sges(c), 0, &bytes) {
             Ok(()) => {}
             Err(MemError::NotPresent) => return SqOutcome::Ok,
             Err(_) => return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),

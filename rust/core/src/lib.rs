@@ -14,7 +14,8 @@
 //! - [`icrc`]: the RoCEv2 invariant CRC.
 //! - [`qp_state`]: the QP state machine and `modify_qp` attribute rules.
 //! - [`apm`]: Automatic Path Migration state (Migrated, Rearm, Armed).
-//! - [`wqe`], [`events`]: work requests, completions, async events and the actions the engine emits.
+//! - [`wqe`], [`sg_pool`], [`events`]: work requests and their scatter/gather storage,
+//!   completions, async events and the actions the engine emits.
 //! - [`requester`], [`completer`], [`responder`]: SQ logic (send and ACK handling) and RQ logic.
 //! - [`qp`]: one RC/UC/UD queue pair tying the above together.
 #![cfg_attr(not(CONFIG_RUST), no_std)]
@@ -32,5 +33,6 @@ pub mod qp;
 pub mod qp_state;
 pub mod requester;
 pub mod responder;
+pub mod sg_pool;
 pub mod wire;
 pub mod wqe;

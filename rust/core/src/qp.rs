@@ -25,6 +25,7 @@ use crate::qp_state::{
 };
 use crate::requester::{PostError, SqCounters, SqLogic, SqOutcome, TxCtx};
 use crate::responder::{RqCounters, RqLogic, RqOutcome, RxCtx};
+use crate::sg_pool::SgStore;
 use crate::wire::{
     bth::{pkey_matches, RawBth},
     Headers, Transport,
@@ -155,12 +156,12 @@ pub const DEFAULT_BUDGET: usize = 64;
 
 /// One RC queue pair over caller-provided SQ and RQ storage.
 #[derive(Debug)]
-pub struct Qp<S, R> {
+pub struct Qp<S, R, G> {
     create: QpCreate,
     sm: QpStateMachine,
     apm: Apm,
-    sq: SqLogic<S>,
-    rq: RqLogic<R>,
+    sq: SqLogic<S, G>,
+    rq: RqLogic<R, G>,
     attrs: QpAttrs,
     dropped: u64,
     pkey_violations: u64,
@@ -192,21 +193,23 @@ fn mtu_bytes(v: u8) -> Option<u32> {
     }
 }
 
-impl<S, R> Qp<S, R>
+impl<S, R, G> Qp<S, R, G>
 where
     S: core::ops::DerefMut<Target = [SendSlot]>,
     R: core::ops::DerefMut<Target = [RecvSlot]>,
+    G: SgStore,
 {
-    /// Creates a QP in Reset. `sq` and `rq` are the queue storage (their lengths are the queue
-    /// depths). `None` for QP types other than RC.
-    pub fn new(create: QpCreate, sq: S, rq: R) -> Option<Qp<S, R>> {
+    /// Creates a QP in Reset. `sq` and `rq` are the queue storage: the slots (their number is
+    /// the queue's depth) and the scatter/gather elements, as many for each slot as a WR may
+    /// carry (a WR with more is refused). `None` for an unknown QP type.
+    pub fn new(create: QpCreate, sq: (S, G), rq: (R, G)) -> Option<Qp<S, R, G>> {
         if !matches!(
             create.qp_type,
             QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi
         ) {
             return None;
         }
-        let mut rql = RqLogic::new(rq);
+        let mut rql = RqLogic::new(rq.0, rq.1);
         rql.config_mut().srq = create.srq;
         rql.config_mut().uc = create.qp_type == QpType::Uc;
         rql.config_mut().ud = create.qp_type.is_datagram();
@@ -214,7 +217,7 @@ where
             create,
             sm: QpStateMachine::new(create.qp_type),
             apm: Apm::new(),
-            sq: SqLogic::new(sq),
+            sq: SqLogic::new(sq.0, sq.1),
             rq: rql,
             attrs: QpAttrs::default(),
             dropped: 0,
@@ -260,12 +263,12 @@ where
     }
 
     /// The SQ Logic (read-only view, for tests and the shell's debugfs).
-    pub fn sq_logic(&self) -> &SqLogic<S> {
+    pub fn sq_logic(&self) -> &SqLogic<S, G> {
         &self.sq
     }
 
     /// The RQ Logic (read-only view).
-    pub fn rq_logic(&self) -> &RqLogic<R> {
+    pub fn rq_logic(&self) -> &RqLogic<R, G> {
         &self.rq
     }
 

@@ -10,8 +10,9 @@ use crate::credit::CreditLimit;
 use crate::events::{Outputs, PayloadSource, Timer, WcStatus};
 use crate::memory::{MemError, Memory, ACCESS_LOCAL_WRITE};
 use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
+use crate::sg_pool::{SgPool, SgStore};
 use crate::wire::{AtomicEth, Bth, Feth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
-use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr};
+use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr, Sge};
 
 /// The most RDMA Reads and atomics a requester keeps outstanding (`max_qp_init_rd_atom`):
 /// Modify QP refuses a larger `max_rd_atomic`. rdma_rxe's value: perftest gives the initiator
@@ -145,8 +146,10 @@ pub struct SqCounters {
 
 /// The SQ Logic of one QP: the send queue and the requester/completer state.
 #[derive(Debug)]
-pub struct SqLogic<S> {
+pub struct SqLogic<S, G> {
     pub(crate) sq: S,
+    /// The slots' gather/scatter lists.
+    sges: SgPool<G>,
     /// Oldest WQE not yet retired (monotonic counter; slot = counter % len).
     pub(crate) head: u64,
     /// WQE the next packet to transmit belongs to.
@@ -256,11 +259,14 @@ pub(crate) fn position(k: u32, n: u32) -> Position {
     }
 }
 
-impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
-    /// A new SQ Logic over caller-provided storage (its length is the SQ depth).
-    pub fn new(sq: S) -> SqLogic<S> {
+impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
+    /// A new SQ Logic over caller-provided storage: `sq`'s length is the SQ depth, and `sges`
+    /// holds the same number of elements for each slot, the most a WR may carry.
+    pub fn new(sq: S, sges: G) -> SqLogic<S, G> {
+        let sges = SgPool::new(sges, sq.len());
         SqLogic {
             sq,
+            sges,
             head: 0,
             send: 0,
             tail: 0,
@@ -414,6 +420,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
         self.sq.get_mut(i)
     }
 
+    /// The gather/scatter list of the WQE at counter `c`.
+    pub(crate) fn sges(&self, c: u64) -> &[Sge] {
+        slot_sges(&self.sq, &self.sges, self.idx(c))
+    }
+
     /// Queues a send WR and gives it its SSN (the Qp already checked the state). Fails when the
     /// SQ is full or the WR is malformed (gather list longer than 2^31 bytes, atomic result
     /// buffer shorter than 8 bytes).
@@ -448,9 +459,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
             _ => len,
         };
         let tail = self.tail;
-        let slot = self.slot_mut(tail).ok_or(PostError::QueueFull)?;
+        let i = self.idx(tail).ok_or(PostError::QueueFull)?;
+        let (wr, sg) = wr.split();
+        self.sges.put(i, sg).ok_or(PostError::InvalidWr)?;
+        let slot = self.sq.get_mut(i).ok_or(PostError::QueueFull)?;
         *slot = SendSlot {
-            wr: *wr,
+            wr,
             ssn,
             first_psn: 0,
             npsn,
@@ -652,7 +666,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 } else {
                     0
                 };
-                match mem.check_local(slot.wr.sg.as_slice(), access) {
+                match mem.check_local(self.sges(self.send), access) {
                     Ok(()) => {}
                     // Not started: the caller makes the memory resident and drives us again.
                     Err(MemError::NotPresent) => break,
@@ -928,7 +942,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
                 }
                 if plen > 0 {
                     payload = PayloadSource::Gather {
-                        sges: slot_sges(&self.sq, self.idx(self.send)),
+                        sges: slot_sges(&self.sq, &self.sges, self.idx(self.send)),
                         offset: off,
                         len: plen,
                     };
@@ -1014,9 +1028,11 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>> SqLogic<S> {
     }
 }
 
-fn slot_sges(sq: &[SendSlot], i: Option<usize>) -> &[crate::wqe::Sge] {
-    match i.and_then(|i| sq.get(i)) {
-        Some(s) => s.wr.sg.as_slice(),
+/// The gather/scatter list of slot `i` (borrowing only the queue's storage, so that packet
+/// building can update the rest of the SQ Logic while the payload source refers to it).
+fn slot_sges<'a, G: SgStore>(sq: &[SendSlot], pool: &'a SgPool<G>, i: Option<usize>) -> &'a [Sge] {
+    match i.and_then(|i| Some((i, sq.get(i)?.wr.sg))) {
+        Some((i, n)) => pool.get(i, n),
         None => &[],
     }
 }

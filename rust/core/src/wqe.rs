@@ -57,12 +57,18 @@ impl SgList {
 
     /// Total byte length, `None` if it does not fit in 32 bits (a malformed WQE).
     pub fn total_len(&self) -> Option<u32> {
-        let mut t: u32 = 0;
-        for s in self.as_slice() {
-            t = t.checked_add(s.length)?;
-        }
-        Some(t)
+        total_len(self.as_slice())
     }
+}
+
+/// Total byte length of a scatter/gather list, `None` if it does not fit in 32 bits (a malformed
+/// WQE).
+pub fn total_len(sges: &[Sge]) -> Option<u32> {
+    let mut t: u32 = 0;
+    for s in sges {
+        t = t.checked_add(s.length)?;
+    }
+    Some(t)
 }
 
 /// Send work request opcodes (values of the kernel's `enum ib_wr_opcode`).
@@ -257,9 +263,11 @@ pub enum WrExtra {
     Ud(UdDest),
 }
 
-/// A send work request.
+/// A send work request. `L` is its scatter/gather list: an [`SgList`] as the caller posts it; in
+/// a send queue slot, the list's length (the queue keeps the elements apart, see
+/// [`SgPool`](crate::sg_pool::SgPool)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SendWr {
+pub struct SendWr<L = SgList> {
     /// Caller's identifier, returned in the completion.
     pub wr_id: u64,
     /// What to do.
@@ -267,7 +275,7 @@ pub struct SendWr {
     /// Fence, signaled, solicited, inline.
     pub flags: SendFlags,
     /// Local gather list (Send, Write) or scatter list (Read, atomic result).
-    pub sg: SgList,
+    pub sg: L,
     /// Immediate data (host order) for the `WithImm` opcodes.
     pub imm: u32,
     /// R_Key to invalidate at the responder (SEND_WITH_INV) or key for LOCAL_INV.
@@ -296,6 +304,26 @@ impl SendWr {
         }
     }
 
+    /// The WR as a send queue slot keeps it (the list's length in place of the list), and the
+    /// list.
+    pub fn split(&self) -> (SendWr<u8>, &[Sge]) {
+        let sg = self.sg.as_slice();
+        let wr = SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            flags: self.flags,
+            sg: sg.len() as u8,
+            imm: self.imm,
+            invalidate_rkey: self.invalidate_rkey,
+            remote_addr: self.remote_addr,
+            rkey: self.rkey,
+            extra: self.extra,
+        };
+        (wr, sg)
+    }
+}
+
+impl<L> SendWr<L> {
     /// The compare (CMP_AND_SWP) or add (FETCH_AND_ADD) value of an atomic; 0 otherwise.
     pub fn compare_add(&self) -> u64 {
         match self.extra {
@@ -420,19 +448,22 @@ pub fn ring_slot(counter: u64, depth: usize) -> Option<usize> {
     Some((counter % len) as usize)
 }
 
-/// One receive queue slot (caller-provided storage).
+/// One receive queue slot (caller-provided storage): a posted receive WR without its scatter
+/// list, which the queue keeps apart (see [`SgPool`](crate::sg_pool::SgPool)).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecvSlot {
-    /// The posted work request.
-    pub wr: RecvWr,
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Number of elements in the scatter list.
+    pub num_sge: u8,
 }
 
 /// One send queue slot (caller-provided storage): the work request plus the SQ Logic's
 /// bookkeeping for it.
 #[derive(Clone, Copy, Debug)]
 pub struct SendSlot {
-    /// The posted work request.
-    pub wr: SendWr,
+    /// The posted work request; its scatter/gather list is kept apart.
+    pub wr: SendWr<u8>,
     /// Send sequence number (24 bits, seed 003).
     pub ssn: u32,
     /// PSN of the first request packet (valid once started).
@@ -457,7 +488,7 @@ pub struct SendSlot {
 impl Default for SendSlot {
     fn default() -> SendSlot {
         SendSlot {
-            wr: SendWr::new(0, SendOpcode::Send),
+            wr: SendWr::new(0, SendOpcode::Send).split().0,
             ssn: 0,
             first_psn: 0,
             npsn: 0,
@@ -516,10 +547,12 @@ mod tests {
         assert_eq!((*a.ud(), *b.ud()), (want, want));
     }
 
-    /// A send queue keeps a copy of every WR in each of its slots (255 for a QP of 128 send
-    /// WRs): the opcode-specific fields share one place, so a slot stays this small.
+    /// A queue keeps a copy of every WR in each of its slots (255 for a QP of 128 WRs), its
+    /// scatter/gather list apart: the opcode-specific fields share one place, so a slot stays
+    /// this small.
     #[test]
-    fn a_send_slot_stays_small() {
-        assert!(core::mem::size_of::<SendSlot>() <= 272);
+    fn queue_slots_stay_small() {
+        assert!(core::mem::size_of::<SendSlot>() <= 136);
+        assert!(core::mem::size_of::<RecvSlot>() <= 16);
     }
 }

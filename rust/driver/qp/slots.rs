@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Storage for the core's send and receive queue slots.
+//! Storage for the core's send and receive queue slots and their scatter/gather elements.
 //!
 //! A queue of more than a page comes from vmalloc, which rounds to pages: kmalloc (and kvmalloc,
 //! which tries it first) rounds to a power of two, so a 255-slot send queue of 90 KiB would take

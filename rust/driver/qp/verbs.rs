@@ -32,7 +32,7 @@ use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
-use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, WrExtra};
+use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, Sge, WrExtra};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
@@ -199,11 +199,12 @@ impl QpVerbs for RvrDevice {
             None => (None, None, None),
         };
         let sq_slots = sq_ring.as_ref().map_or(sq_depth, |r| r.capacity());
-        // An SRQ QP holds at most the WQE of the message in progress.
-        let rq_slots = match (&srq, rq_ring.as_ref()) {
-            (Some(_), _) => 4,
-            (None, Some(r)) => r.capacity(),
-            (None, None) => rq_depth,
+        // An SRQ QP holds at most the WQE of the message in progress, of any length the SRQ
+        // takes.
+        let (rq_slots, rq_sge_room) = match (&srq, rq_ring.as_ref()) {
+            (Some(_), _) => (4, MAX_SGE as usize),
+            (None, Some(r)) => (r.capacity(), max_recv_sge),
+            (None, None) => (rq_depth, max_recv_sge),
         };
         let mut tunnels = KVec::with_capacity(shared.ports.len(), GFP_KERNEL)?;
         for nd in shared.ports.iter() {
@@ -221,8 +222,14 @@ impl QpVerbs for RvrDevice {
                     qpn,
                     srq: srq.is_some(),
                 },
-                Slots::new(SendSlot::default(), sq_slots as usize)?,
-                Slots::new(RecvSlot::default(), rq_slots as usize)?,
+                (
+                    Slots::new(SendSlot::default(), sq_slots as usize)?,
+                    Slots::new(Sge::default(), sq_slots as usize * max_send_sge)?,
+                ),
+                (
+                    Slots::new(RecvSlot::default(), rq_slots as usize)?,
+                    Slots::new(Sge::default(), rq_slots as usize * rq_sge_room)?,
+                ),
             )
             .ok_or(EINVAL)?;
             let inner = QpInner {

@@ -498,7 +498,7 @@ impl Outputs for FuzzOut {
 // ---------------------------------------------------------------------------------------------
 // The driver.
 
-type FuzzQp = Qp<Vec<SendSlot>, Vec<RecvSlot>>;
+type FuzzQp = Qp<Vec<SendSlot>, Vec<RecvSlot>, Vec<Sge>>;
 
 const QPN: u32 = 0x11;
 const DEST_QPN: u32 = 0x22;
@@ -591,6 +591,8 @@ impl Driver {
         let sq_depth = usize::from(cfg[1] % 9);
         let rq_depth = usize::from((cfg[1] / 16) % 9);
         let path_mtu = 1 + cfg[2] % 5;
+        // Room for 1 to 4 elements a slot: the 1 to 3 a WR here carries sometimes do not fit.
+        let sge_room = 1 + usize::from(cfg[2] / 8 % 4);
         let mtu = 128u32 << path_mtu;
         let cq_cap = if cfg[3] % 8 == 0 {
             1 + usize::from(cfg[3] / 8 % 8)
@@ -603,8 +605,14 @@ impl Driver {
                 qpn: QPN,
                 srq,
             },
-            vec![SendSlot::default(); sq_depth],
-            vec![RecvSlot::default(); rq_depth],
+            (
+                vec![SendSlot::default(); sq_depth],
+                vec![Sge::default(); sq_depth * sge_room],
+            ),
+            (
+                vec![RecvSlot::default(); rq_depth],
+                vec![Sge::default(); rq_depth * sge_room],
+            ),
         )?;
         let out = FuzzOut {
             qpn: QPN,

@@ -4,13 +4,14 @@
 use crate::credit::{encode_credit, CREDIT_CODE_INVALID};
 use crate::events::{Outputs, PayloadSource};
 use crate::psn::Psn;
+use crate::sg_pool::SgStore;
 use crate::wire::{Aeth, Headers, Syndrome};
 use crate::wqe::RecvSlot;
 
 use super::resources::AckItem;
 use super::{RqLogic, RxCtx, ACK_COALESCE};
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// The credit code every positive ACK carries (Table 17-8; 0x1F with an SRQ).
     pub fn credit_code(&self) -> u8 {
         if self.cfg.srq {

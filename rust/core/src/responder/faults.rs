@@ -4,6 +4,7 @@
 
 use crate::events::{AsyncEvent, Completion, Outputs, WcOpcode, WcStatus};
 use crate::psn::Psn;
+use crate::sg_pool::SgStore;
 use crate::wire::{NakCode, Syndrome};
 use crate::wqe::RecvSlot;
 
@@ -57,7 +58,7 @@ impl Fault {
     }
 }
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// A class A or C error: NAK now, complete the RQ WQE in use with `status` or raise
     /// `event`, and tell the Qp to go to Error.
     pub(super) fn fatal<O: Outputs>(

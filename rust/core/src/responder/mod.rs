@@ -14,6 +14,7 @@
 use crate::apm::PathInfo;
 use crate::memory::{MemError, Memory};
 use crate::psn::Psn;
+use crate::sg_pool::{SgPool, SgStore};
 use crate::wire::{Bth, Opcode, Reth};
 use crate::wqe::RecvSlot;
 
@@ -121,8 +122,10 @@ pub enum RqOutcome {
 
 /// The RQ Logic of one QP.
 #[derive(Debug)]
-pub struct RqLogic<R> {
+pub struct RqLogic<R, G> {
     pub(crate) rq: R,
+    /// The slots' scatter lists.
+    pub(crate) sges: SgPool<G>,
     /// Oldest receive WQE not completed.
     pub(crate) rq_head: u64,
     /// Next receive WQE to take for a new message (`rq_head` or `rq_head + 1`).
@@ -202,11 +205,14 @@ impl RxCtx<'_> {
     }
 }
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
-    /// A new RQ Logic over caller-provided storage (its length is the RQ depth).
-    pub fn new(rq: R) -> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
+    /// A new RQ Logic over caller-provided storage: `rq`'s length is the RQ depth, and `sges`
+    /// holds the same number of elements for each slot, the most a WR may carry.
+    pub fn new(rq: R, sges: G) -> RqLogic<R, G> {
+        let sges = SgPool::new(sges, rq.len());
         RqLogic {
             rq,
+            sges,
             rq_head: 0,
             rq_next: 0,
             rq_tail: 0,

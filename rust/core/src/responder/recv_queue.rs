@@ -4,8 +4,9 @@
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::memory::{MemError, Memory};
 use crate::psn::{classify_request_psn, RequestPsnClass};
+use crate::sg_pool::SgStore;
 use crate::wire::{Headers, Operation};
-use crate::wqe::{RecvSlot, RecvWr};
+use crate::wqe::{total_len, RecvSlot, RecvWr, Sge};
 
 use super::faults::Fault;
 use super::{payload_len, RqLogic, RqOutcome, RxCtx};
@@ -19,22 +20,31 @@ pub(super) enum PlaceError {
     NotPresent,
 }
 
+/// A posted receive WR as its queue keeps it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RecvRef<'a> {
+    /// Caller's identifier, returned in the completion.
+    pub(super) wr_id: u64,
+    /// Scatter list for the inbound message.
+    pub(super) sg: &'a [Sge],
+}
+
 /// Writes `data` at byte `off` of the buffers of the receive WQE `wr`; returns the offset just
 /// past it. Data overrunning the buffers is [`Fault::LENGTH`] and touches nothing, buffers
 /// failing the local protection check are [`Fault::LOCAL_PROTECTION`]: what an RC Send NAKs,
 /// and the completion status of a UD one.
 pub(super) fn place_recv<M: Memory>(
     mem: &mut M,
-    wr: &RecvWr,
+    wr: &RecvRef<'_>,
     off: u32,
     data: &[u8],
 ) -> Result<u32, PlaceError> {
     let end = off.saturating_add(payload_len(data));
-    if end > wr.sg.total_len().unwrap_or(0) {
+    if end > total_len(wr.sg).unwrap_or(0) {
         return Err(PlaceError::Fault(Fault::LENGTH));
     }
     if !data.is_empty() {
-        match mem.scatter(wr.sg.as_slice(), off, data) {
+        match mem.scatter(wr.sg, off, data) {
             Ok(()) => {}
             Err(MemError::NotPresent) => return Err(PlaceError::NotPresent),
             Err(_) => return Err(PlaceError::Fault(Fault::LOCAL_PROTECTION)),
@@ -43,7 +53,7 @@ pub(super) fn place_recv<M: Memory>(
     Ok(end)
 }
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// The credit count: receive WQEs posted and not yet taken by a message (seed 003).
     pub fn credits(&self) -> u64 {
         self.rq_tail.wrapping_sub(self.rq_next)
@@ -54,9 +64,13 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     /// The receive WR at counter `c`.
-    pub(super) fn wqe(&self, c: u64) -> Option<RecvWr> {
+    pub(super) fn wqe(&self, c: u64) -> Option<RecvRef<'_>> {
         let i = self.idx(c)?;
-        self.rq.get(i).map(|s| s.wr)
+        let s = self.rq.get(i)?;
+        Some(RecvRef {
+            wr_id: s.wr_id,
+            sg: self.sges.get(i, s.num_sge),
+        })
     }
 
     /// Number of receive WQEs posted and not completed.
@@ -80,16 +94,24 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
             || classify_request_psn(h.bth.psn, self.epsn) == RequestPsnClass::Expected
     }
 
-    /// Queues a receive WR (the Qp checked the state).
+    /// Queues a receive WR (the Qp checked the state). Fails when the RQ is full or the WR
+    /// has more elements than a slot holds.
     pub fn post(&mut self, wr: &RecvWr) -> Result<(), crate::requester::PostError> {
+        use crate::requester::PostError;
         if self.outstanding() >= self.rq.len() as u64 {
-            return Err(crate::requester::PostError::QueueFull);
+            return Err(PostError::QueueFull);
         }
         let t = self.rq_tail;
-        let i = self.idx(t).ok_or(crate::requester::PostError::QueueFull)?;
-        if let Some(s) = self.rq.get_mut(i) {
-            s.wr = *wr;
-        }
+        let i = self.idx(t).ok_or(PostError::QueueFull)?;
+        let num_sge = self
+            .sges
+            .put(i, wr.sg.as_slice())
+            .ok_or(PostError::InvalidWr)?;
+        let s = self.rq.get_mut(i).ok_or(PostError::QueueFull)?;
+        *s = RecvSlot {
+            wr_id: wr.wr_id,
+            num_sge,
+        };
         self.rq_tail = t.wrapping_add(1);
         Ok(())
     }

@@ -9,6 +9,7 @@ use crate::memory::{
 };
 use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
 use crate::requester::npackets;
+use crate::sg_pool::SgStore;
 use crate::wire::feth::{PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT, SELECT_MR, SELECT_RANGE};
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
@@ -16,7 +17,7 @@ use crate::wqe::RecvSlot;
 use super::resources::{res_slot, ResKind, MAX_RESOURCES};
 use super::{payload_len, reth_check, InMsg, RqLogic, RqOutcome, RxCtx};
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// Handles one inbound request packet (RC) that passed the state, APM and header checks.
     pub fn on_request<O: Outputs, M: Memory>(
         &mut self,

@@ -7,6 +7,7 @@
 use crate::events::{Outputs, PayloadSource};
 use crate::psn::Psn;
 use crate::requester::{npackets, position};
+use crate::sg_pool::SgStore;
 use crate::wire::{Aeth, AtomicAckEth, Headers, Opcode, Syndrome};
 use crate::wqe::RecvSlot;
 
@@ -65,7 +66,7 @@ pub(crate) fn res_slot(c: u64) -> usize {
     (c % MAX_RESOURCES as u64) as usize
 }
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// Queues an ACK/NAK behind responses still to be sent, or sends it now.
     pub(crate) fn queue_ack<O: Outputs>(&mut self, a: AckItem, ctx: &RxCtx<'_>, out: &mut O) {
         if self.res_send == self.res_tail {
@@ -193,6 +194,14 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
     }
 
     pub(crate) fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {
+        // The new resource takes the oldest one's slot. If a duplicate asked for that one's
+        // responses again and they have not all left, they are given up (the requester asks
+        // again) rather than sent from the new resource's slot.
+        let oldest_kept = self.res_tail.saturating_sub(MAX_RESOURCES as u64 - 1);
+        if self.res_send < oldest_kept {
+            self.res_send = oldest_kept;
+            self.res_fresh = self.res_fresh.max(oldest_kept);
+        }
         let i = res_slot(self.res_tail);
         let ack_before = self.pending_ack.take();
         if let Some(r) = self.res.get_mut(i) {

@@ -3,6 +3,7 @@
 
 use crate::events::{Outputs, WcOpcode, WC_WITH_IMM, WC_WITH_INVALIDATE};
 use crate::memory::{MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE};
+use crate::sg_pool::SgStore;
 use crate::wire::Headers;
 use crate::wqe::RecvSlot;
 
@@ -10,7 +11,7 @@ use super::faults::Fault;
 use super::recv_queue::{place_recv, PlaceError};
 use super::{payload_len, reth_check, InMsg, RqLogic, RqOutcome, RxCtx};
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// An expected Send packet: a new message takes a receive WQE (class B RNR NAK without
     /// one), the payload goes into its buffers and the last packet completes it.
     pub(super) fn on_send<O: Outputs, M: Memory>(
@@ -37,10 +38,10 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
                 return self.invalid_request(psn, ctx, out);
             };
             // Class A: a malformed receive WQE.
-            if wr.sg.total_len().is_none() {
+            if crate::wqe::total_len(wr.sg).is_none() {
                 return self.fatal(psn, Fault::MALFORMED_WQE, ctx, out);
             }
-            match mem.check_local(wr.sg.as_slice(), ACCESS_LOCAL_WRITE) {
+            match mem.check_local(wr.sg, ACCESS_LOCAL_WRITE) {
                 Ok(()) => {}
                 Err(MemError::NotPresent) => return self.not_present(true),
                 Err(_) => return self.fatal(psn, Fault::MALFORMED_WQE, ctx, out),

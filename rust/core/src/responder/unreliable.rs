@@ -3,6 +3,7 @@
 
 use crate::events::{Completion, Outputs, WcOpcode, WcStatus, WC_WITH_IMM};
 use crate::memory::Memory;
+use crate::sg_pool::SgStore;
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
 
@@ -10,7 +11,7 @@ use super::faults::Fault;
 use super::recv_queue::{place_recv, PlaceError};
 use super::{payload_len, RqLogic, RqOutcome, RxCtx, GRH_LEN};
 
-impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
+impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// UC (IBA 9.7.5.1.3 style): any PSN other than ePSN means packets were lost: the message
     /// in progress is dropped and reception resumes at the next First/Only packet.
     pub(super) fn on_uc_request<O: Outputs, M: Memory>(
@@ -74,7 +75,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>> RqLogic<R> {
         let plen = payload_len(payload);
         let need = plen.saturating_add(GRH_LEN);
         // The GRH and the payload behind it either both fit or nothing is written.
-        let placed = match wr.sg.total_len() {
+        let placed = match crate::wqe::total_len(wr.sg) {
             None => Err(PlaceError::Fault(Fault::MALFORMED_WQE)),
             Some(room) if need > room => Err(PlaceError::Fault(Fault::LENGTH)),
             Some(_) => place_recv(mem, &wr, 0, &ctx.net.grh)

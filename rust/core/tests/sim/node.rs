@@ -5,11 +5,16 @@ use rvrdma_core::events::{AsyncEvent, Completion, CqFull, CqKind, Outputs, Paylo
 use rvrdma_core::memory::ACCESS_REMOTE_READ;
 use rvrdma_core::qp::Qp;
 use rvrdma_core::wire::{pad_count, Headers, ICRC_LEN};
-use rvrdma_core::wqe::{RecvSlot, SendSlot};
+use rvrdma_core::wqe::{RecvSlot, SendSlot, Sge, MAX_SGE};
 
 use super::mem::SimMem;
 
-pub type SimQp = Qp<Vec<SendSlot>, Vec<RecvSlot>>;
+pub type SimQp = Qp<Vec<SendSlot>, Vec<RecvSlot>, Vec<Sge>>;
+
+/// Storage for a simulated queue of `depth` slots, each with room for `MAX_SGE` elements.
+pub fn sim_queue<T: Clone>(slot: T, depth: usize) -> (Vec<T>, Vec<Sge>) {
+    (vec![slot; depth], vec![Sge::default(); depth * MAX_SGE])
+}
 
 /// A packet as transmitted: the path it left on and its bytes (headers, payload, pad, ICRC).
 #[derive(Clone, Debug)]

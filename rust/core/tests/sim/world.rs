@@ -20,7 +20,7 @@ use rvrdma_core::wqe::{
 };
 
 use super::mem::SimMem;
-use super::node::{SimOut, SimQp};
+use super::node::{sim_queue, SimOut, SimQp};
 use super::rng::Rng;
 
 pub const KEY_SRC: u32 = 0x100;
@@ -410,8 +410,8 @@ impl Sim {
                     qpn: 0x11 + i as u32,
                     srq: cfg.srq,
                 },
-                vec![SendSlot::default(); cfg.sq_depth],
-                vec![RecvSlot::default(); if cfg.srq { 4 } else { cfg.rq_depth }],
+                sim_queue(SendSlot::default(), cfg.sq_depth),
+                sim_queue(RecvSlot::default(), if cfg.srq { 4 } else { cfg.rq_depth }),
             )
             .expect("RC QP");
             Node {

@@ -13,7 +13,7 @@ use rvrdma_core::qp::{QpAttrs, QpCreate, QpModifyError};
 use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
 use rvrdma_core::requester::PostError;
 use rvrdma_core::wire::{Aeth, AtomicEth, Bth, Headers, NakCode, Opcode, Reth, Syndrome};
-use rvrdma_core::wqe::{RecvSlot, RecvWr, SendOpcode, SendSlot, SendWr, SgList, Sge};
+use rvrdma_core::wqe::{RecvSlot, RecvWr, SendOpcode, SendSlot, SendWr, SgList, Sge, MAX_SGE};
 
 use crate::sim::mem::SimMem;
 use crate::sim::node::{timer_index, SimOut, SimQp};
@@ -85,6 +85,8 @@ pub struct Opts {
     pub pkeys: [u16; 2],
     /// Path MTU of both QPs, as IB encodes it (1 = 256 bytes, the default; 5 = 4096).
     pub path_mtu: u8,
+    /// Scatter/gather elements each queue slot of both QPs holds (default `MAX_SGE`).
+    pub sge_room: usize,
 }
 
 impl Default for Opts {
@@ -98,6 +100,7 @@ impl Default for Opts {
             retry_cnt: 3,
             rnr_retry: 7,
             to: QpState::Rts,
+            sge_room: MAX_SGE,
             uc: false,
             psns: (PSN_A, PSN_B),
             timeout: 8,
@@ -118,6 +121,11 @@ pub fn mk_end(i: usize, srq: bool) -> End {
 }
 
 pub fn mk_end_t(i: usize, srq: bool, qp_type: QpType) -> End {
+    mk_end_room(i, srq, qp_type, MAX_SGE)
+}
+
+/// An end whose queue slots hold `room` scatter/gather elements each.
+pub fn mk_end_room(i: usize, srq: bool, qp_type: QpType, room: usize) -> End {
     let mem = SimMem::default();
     mem.add_mr(SRC, SRC_VA, 1 << 16, ACCESS_LOCAL_WRITE);
     mem.add_mr(DST, DST_VA, 1 << 16, ACCESS_LOCAL_WRITE);
@@ -135,8 +143,14 @@ pub fn mk_end_t(i: usize, srq: bool, qp_type: QpType) -> End {
             qpn: 0x11 + i as u32,
             srq,
         },
-        vec![SendSlot::default(); 16],
-        vec![RecvSlot::default(); 16],
+        (
+            vec![SendSlot::default(); 16],
+            vec![Sge::default(); 16 * room],
+        ),
+        (
+            vec![RecvSlot::default(); 16],
+            vec![Sge::default(); 16 * room],
+        ),
     )
     .expect("RC");
     End {
@@ -151,7 +165,10 @@ impl Duo {
     pub fn new(o: Opts) -> Duo {
         let t = if o.uc { QpType::Uc } else { QpType::Rc };
         let mut d = Duo {
-            e: [mk_end_t(0, o.srq[0], t), mk_end_t(1, o.srq[1], t)],
+            e: [
+                mk_end_room(0, o.srq[0], t, o.sge_room),
+                mk_end_room(1, o.srq[1], t, o.sge_room),
+            ],
             now: 0,
             recv_seq: [0, 0],
         };

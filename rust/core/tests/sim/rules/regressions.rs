@@ -74,3 +74,37 @@ fn fuzz_duplicate_read_resent_later_read_from_stale_offset() {
     expect.extend(want(PSN_A + 2));
     assert_eq!(seen, expect);
 }
+
+/// A duplicate of the oldest of the 16 reads the responder keeps moved the response cursor back
+/// 16 resources; a new read arriving before those responses left took the oldest's slot, and the
+/// responses then sent from that slot were the new read's, twice, the second time as a
+/// zero-length RDMA Read Response Last. Now the oldest read's answer is given up: every later
+/// read is answered again once, then the new one.
+#[test]
+fn fuzz_new_read_took_the_slot_of_a_read_still_to_be_answered_again() {
+    let mut d = Duo::responder(0);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 600]);
+    let read = |k: u32| req_reth(Opcode::RcRdmaReadRequest, PSN_A + 2 * k, RMT, RMT_VA, 300);
+    for k in 0..16 {
+        d.deliver(1, &read(k), &[], 1);
+        d.progress(1);
+    }
+    assert_eq!(d.take(1).len(), 32);
+    d.deliver(1, &read(0), &[], 1);
+    d.deliver(1, &read(16), &[], 1);
+    d.progress(1);
+    let seen: Vec<(Opcode, u32, usize)> = d
+        .take(1)
+        .iter()
+        .map(|(h, pl, _)| (h.bth.opcode, h.bth.psn.value(), pl.len()))
+        .collect();
+    let expect: Vec<(Opcode, u32, usize)> = (1..=16)
+        .flat_map(|k| {
+            [
+                (Opcode::RcRdmaReadResponseFirst, PSN_A + 2 * k, 256),
+                (Opcode::RcRdmaReadResponseLast, PSN_A + 2 * k + 1, 44),
+            ]
+        })
+        .collect();
+    assert_eq!(seen, expect);
+}

@@ -7,8 +7,9 @@ use rvrdma_core::events::{Timer, WcOpcode, WcStatus};
 use rvrdma_core::psn::Psn;
 use rvrdma_core::qp_state::QpState;
 use rvrdma_core::requester::local_ack_timeout_ns;
+use rvrdma_core::requester::PostError;
 use rvrdma_core::wire::{Aeth, Headers, NakCode, Opcode};
-use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
+use rvrdma_core::wqe::{RecvWr, SendOpcode, SendWr, SgList, Sge};
 
 use crate::sim::node::timer_index;
 
@@ -30,6 +31,50 @@ fn requester_segmentation_and_end_to_end_transfer() {
         (WcOpcode::Recv, 700, WcStatus::Success)
     );
     let got = d.e[1].mem.0.borrow().read(DST, DST_VA, 700).expect("read");
+    assert_eq!(got, data);
+    assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
+}
+
+/// A QP's queue slots hold the scatter/gather elements it was created for (its `max_send_sge`
+/// and `max_recv_sge`): a WR with more is refused with nothing queued, and WRs that use all the
+/// room move their data.
+#[test]
+fn a_wr_with_more_elements_than_its_queue_holds_is_refused() {
+    let mut d = Duo::running_with(Opts {
+        sge_room: 2,
+        ..Opts::default()
+    });
+    let piece = |key, va, i: u64| Sge {
+        addr: va + i * 100,
+        length: 100,
+        lkey: key,
+    };
+    let list = |key, va, n| (0..n).map(|i| piece(key, va, i)).collect::<Vec<_>>();
+    let recv = |n| RecvWr {
+        wr_id: 7,
+        sg: SgList::from_slice(&list(DST, DST_VA, n)).expect("sg"),
+    };
+    let send = |n| {
+        let mut wr = SendWr::new(9, SendOpcode::Send);
+        wr.sg = SgList::from_slice(&list(SRC, SRC_VA, n)).expect("sg");
+        wr
+    };
+    let e = &mut d.e[1];
+    assert_eq!(
+        e.qp.post_recv(&recv(3), &mut e.out),
+        Err(PostError::InvalidWr)
+    );
+    assert_eq!(e.qp.rq_logic().outstanding(), 0, "nothing queued");
+    e.qp.post_recv(&recv(2), &mut e.out).expect("two fit");
+    assert_eq!(d.post(0, send(3)), Err(PostError::InvalidWr));
+    assert_eq!(d.e[0].qp.sq_logic().outstanding(), 0, "nothing queued");
+    let data: Vec<u8> = (0..200u32).map(|x| (x * 7) as u8).collect();
+    fill(&d.e[0].mem, SRC, SRC_VA, &data);
+    d.post(0, send(2)).expect("two fit");
+    d.pump();
+    let c = d.e[1].out.recv_cqes[0];
+    assert_eq!((c.wr_id, c.byte_len, c.status), (7, 200, WcStatus::Success));
+    let got = d.e[1].mem.0.borrow().read(DST, DST_VA, 200).expect("read");
     assert_eq!(got, data);
     assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
 }

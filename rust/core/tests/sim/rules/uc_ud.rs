@@ -259,8 +259,8 @@ fn gsi_sends_with_qp1_and_its_qkey_and_receives_the_ipv4_header() {
                 qpn: 1,
                 srq: false,
             },
-            vec![rvrdma_core::wqe::SendSlot::default(); 16],
-            vec![rvrdma_core::wqe::RecvSlot::default(); 16],
+            crate::sim::node::sim_queue(rvrdma_core::wqe::SendSlot::default(), 16),
+            crate::sim::node::sim_queue(rvrdma_core::wqe::RecvSlot::default(), 16),
         )
         .expect("GSI");
         d.e[i].qp.set_port_mtu(1024);
