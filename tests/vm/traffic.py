@@ -102,6 +102,9 @@ QP_OPS = {
 QP_TYPES = {"rc": e.IBV_QPT_RC, "uc": e.IBV_QPT_UC, "ud": e.IBV_QPT_UD}
 GRH_LEN = 40  # the GRH area in front of every UD receive buffer
 ARP_TRIES = 5  # tries of a connect or an address handle (see Traffic.retry_arp)
+# Tries while the peer is unreachable: on a link that flaps every 0.5 s a try can land in a down
+# phase, or before the route is back, several times in a row.
+DOWN_TRIES = 15
 WR_OPCODE = {
     "send": e.IBV_WR_SEND,
     "send_imm": e.IBV_WR_SEND_WITH_IMM,
@@ -499,7 +502,7 @@ class Traffic:
         """Two QPs, one on each side, connected to each other (RC or UC)."""
         access = ACCESS if self.args.qp_type == "rc" else \
             e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-        for attempt in range(1, ARP_TRIES + 1):
+        for attempt in range(1, DOWN_TRIES + 1):
             qs = [self.new_qp(s) for s in (self.a, self.b)]
             qa, qb = qs
             try:
@@ -519,7 +522,7 @@ class Traffic:
         is down there is no route to the peer (ENETUNREACH: a pair made for a Send with
         Invalidate step connects while the traffic runs). Returns to try again."""
         down = "Errno: 101" in str(ex)
-        if not (down or "Errno: 110" in str(ex)) or attempt == ARP_TRIES:
+        if not (down or "Errno: 110" in str(ex)) or attempt >= (DOWN_TRIES if down else ARP_TRIES):
             raise ex
         self.info("%s: %s; trying again" % (what, str(ex).strip()))
         if down:
@@ -533,7 +536,7 @@ class Traffic:
         self.qkey = self.rng.getrandbits(31)  # the top bit would mean "the QP's own Q_Key"
         for s, peer in ((self.a, self.b), (self.b, self.a)):
             gr = GlobalRoute(dgid=peer.dev.gid, sgid_index=s.dev.gid_index, hop_limit=64)
-            for attempt in range(1, ARP_TRIES + 1):
+            for attempt in range(1, DOWN_TRIES + 1):
                 try:
                     s.ah = AH(s.pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
                     break

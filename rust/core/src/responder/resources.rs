@@ -195,8 +195,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
 
     pub(crate) fn alloc_resource(&mut self, kind: ResKind, psn: Psn, npsn: u32) {
         // The new resource takes the oldest one's slot. If a duplicate asked for that one's
-        // responses again and they have not all left, they are given up (the requester asks
-        // again) rather than sent from the new resource's slot.
+        // responses again and they have not all left, they are given up rather than sent from
+        // the new resource's slot: a well-behaved requester has completed that request already
+        // (it may send a new one only then), and a later duplicate of it finds nothing kept.
         let oldest_kept = self.res_tail.saturating_sub(MAX_RESOURCES as u64 - 1);
         if self.res_send < oldest_kept {
             self.res_send = oldest_kept;
