@@ -125,7 +125,7 @@ pub enum RqOutcome {
 pub struct RqLogic<R, G> {
     pub(crate) rq: R,
     /// The slots' scatter lists.
-    pub(crate) sges: SgPool<G>,
+    sges: SgPool<G>,
     /// Oldest receive WQE not completed.
     pub(crate) rq_head: u64,
     /// Next receive WQE to take for a new message (`rq_head` or `rq_head + 1`).
