@@ -941,7 +941,7 @@ mod kunit_send_wr {
         let mut bad = core::ptr::null();
         let mut list = ud_list(&reg.wr, &mut bad);
         let wr = list.next_wr().ok().flatten();
-        assert!(wr.is_some_and(|w| w.opcode == SendOpcode::RegMr && *w.ud() == UdDest::EMPTY));
+        assert!(wr.is_some_and(|w| w.opcode == SendOpcode::RegMr && w.ud == UdDest::EMPTY));
         assert!(list.ah.is_null());
         assert!(core::ptr::eq(list.reg, &reg));
     }
@@ -960,7 +960,7 @@ mod kunit_send_wr {
         let got = list.next_wr().ok().flatten();
         assert!(got.is_some_and(|w| w.opcode == SendOpcode::LocalInv
             && w.invalidate_rkey == 0x1234_5678
-            && *w.ud() == UdDest::EMPTY));
+            && w.ud == UdDest::EMPTY));
         assert!(list.ah.is_null());
     }
 }

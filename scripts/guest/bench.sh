@@ -123,7 +123,7 @@ run_line() {
 qp_memory() {
 	set_up "$1" "$2" "$3" || return 1
 	mem[$1]=$("$PY" "$here/qp_memory.py" "$2" 1024 2>&1 | tail -1)
-	echo "# $1: memory per RC QP ${mem[$1]} KiB" >&2
+	echo "# $1: memory per RC QP ${mem[$1]}" >&2
 	topo_cleanup
 }
 
@@ -246,7 +246,7 @@ for t in rvrdma rxe; do
 		echo "scale, $t: 1,024 QPs reach $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f%%", 100 * b / a }') of one QP's write bandwidth (4 KiB)"
 	fi
 done
-echo "memory per RC QP (128/128 WRs): rvrdma ${mem[rvrdma]} KiB, rdma_rxe ${mem[rxe]} KiB"
+echo "memory per RC QP (128/128 WRs): rvrdma ${mem[rvrdma]}, rdma_rxe ${mem[rxe]}"
 echo "guest memcpy ${cpy} MB/s; the soft-RoCE limit (memcpy / 2) $((cpy / 2)) MB/s: rvrdma's" \
 	"best bandwidth line reaches $(for l in "${lines[@]}"; do n=${l%%|*}; v=${res[rvrdma,$n]}; [[ $n == *_bw* && $n != atomic_bw && $v =~ ^[0-9.]+$ ]] && echo "$v"; done |
 		sort -g | tail -1 | awk -v c="$cpy" '{ printf "%.1f%%", 200 * $1 / c } END { if (NR == 0) printf "-" }') of it"

@@ -13,7 +13,9 @@ use crate::rvcore::mw::BindMwParams;
 use crate::rvcore::qp::{Qp, QpAttrs, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::wire::{pad_count, Headers, ICRC_LEN};
-use crate::rvcore::wqe::{RecvSlot, RecvWr, RegMrParams, SendSlot, SendWr, SgList, Sge, MAX_SGE};
+use crate::rvcore::wqe::{
+    RecvSlot, RecvWr, RegMrParams, SendSlot, SendWr, SgList, Sge, UdDest, MAX_SGE,
+};
 use kernel::prelude::*;
 
 /// The one memory region of a test node: `KEY` names it for local and remote access.
@@ -196,7 +198,7 @@ impl Outputs for TestOut {
     fn cancel_timer(&mut self, _which: Timer) {}
 }
 
-type TestQp = Qp<KVec<SendSlot>, KVec<RecvSlot>, KVec<Sge>>;
+type TestQp = Qp<KVec<SendSlot>, KVec<RecvSlot>, KVec<Sge>, KVec<UdDest>>;
 
 struct Node {
     qp: TestQp,
@@ -223,6 +225,7 @@ fn node(i: u8) -> Result<Node> {
         (
             KVec::from_elem(SendSlot::default(), 16, GFP_KERNEL)?,
             KVec::from_elem(Sge::default(), 16 * MAX_SGE, GFP_KERNEL)?,
+            KVec::new(),
         ),
         (
             KVec::from_elem(RecvSlot::default(), 16, GFP_KERNEL)?,

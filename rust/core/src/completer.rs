@@ -11,9 +11,14 @@ use crate::requester::{
 };
 use crate::sg_pool::SgStore;
 use crate::wire::{aeth::rnr_timer_ns, Headers, NakCode, Operation, Syndrome, Transport};
-use crate::wqe::{SendFlags, SendOpcode, SendSlot};
+use crate::wqe::{SendFlags, SendOpcode, SendSlot, UdDest};
 
-impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
+impl<S, G, D> SqLogic<S, G, D>
+where
+    S: core::ops::DerefMut<Target = [SendSlot]>,
+    G: SgStore,
+    D: core::ops::DerefMut<Target = [UdDest]>,
+{
     /// The oldest WQE (counter) that is not done.
     pub(crate) fn oldest_pending(&self) -> Option<u64> {
         let mut c = self.head;

@@ -30,7 +30,7 @@ use crate::wire::{
     bth::{pkey_matches, RawBth},
     Headers, Transport,
 };
-use crate::wqe::{RecvSlot, RecvWr, SendSlot, SendWr};
+use crate::wqe::{RecvSlot, RecvWr, SendSlot, SendWr, UdDest};
 
 /// Creation parameters of a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,11 +156,11 @@ pub const DEFAULT_BUDGET: usize = 64;
 
 /// One RC queue pair over caller-provided SQ and RQ storage.
 #[derive(Debug)]
-pub struct Qp<S, R, G> {
+pub struct Qp<S, R, G, D> {
     create: QpCreate,
     sm: QpStateMachine,
     apm: Apm,
-    sq: SqLogic<S, G>,
+    sq: SqLogic<S, G, D>,
     rq: RqLogic<R, G>,
     attrs: QpAttrs,
     dropped: u64,
@@ -193,20 +193,27 @@ fn mtu_bytes(v: u8) -> Option<u32> {
     }
 }
 
-impl<S, R, G> Qp<S, R, G>
+impl<S, R, G, D> Qp<S, R, G, D>
 where
     S: core::ops::DerefMut<Target = [SendSlot]>,
     R: core::ops::DerefMut<Target = [RecvSlot]>,
     G: SgStore,
+    D: core::ops::DerefMut<Target = [UdDest]>,
 {
     /// Creates a QP in Reset. `sq` and `rq` are the queue storage: the slots (their number is
     /// the queue's depth) and the scatter/gather elements, as many for each slot as a WR may
-    /// carry (a WR with more is refused). `None` for an unknown QP type.
-    pub fn new(create: QpCreate, sq: (S, G), rq: (R, G)) -> Option<Qp<S, R, G>> {
+    /// carry (a WR with more is refused); the send queue's also a datagram destination for each
+    /// slot, which only a datagram QP needs (a connected one may give none). `None` for an
+    /// unknown QP type, or a datagram QP without a destination for each send slot.
+    pub fn new(create: QpCreate, sq: (S, G, D), rq: (R, G)) -> Option<Qp<S, R, G, D>> {
         if !matches!(
             create.qp_type,
             QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi
         ) {
+            return None;
+        }
+        let sql = SqLogic::new(sq.0, sq.1, sq.2);
+        if create.qp_type.is_datagram() && !sql.holds_dests() {
             return None;
         }
         let mut rql = RqLogic::new(rq.0, rq.1);
@@ -217,7 +224,7 @@ where
             create,
             sm: QpStateMachine::new(create.qp_type),
             apm: Apm::new(),
-            sq: SqLogic::new(sq.0, sq.1),
+            sq: sql,
             rq: rql,
             attrs: QpAttrs::default(),
             dropped: 0,
@@ -263,7 +270,7 @@ where
     }
 
     /// The SQ Logic (read-only view, for tests and the shell's debugfs).
-    pub fn sq_logic(&self) -> &SqLogic<S, G> {
+    pub fn sq_logic(&self) -> &SqLogic<S, G, D> {
         &self.sq
     }
 

@@ -12,7 +12,7 @@ use crate::memory::{MemError, Memory, ACCESS_LOCAL_WRITE};
 use crate::psn::{Psn, PSN_HALF_WINDOW, PSN_MASK};
 use crate::sg_pool::{SgPool, SgStore};
 use crate::wire::{AtomicEth, Bth, Feth, Headers, Ieth, ImmDt, Opcode, Position, Reth, Transport};
-use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr, Sge};
+use crate::wqe::{SendFlags, SendOpcode, SendSlot, SendWr, Sge, UdDest};
 
 /// The most RDMA Reads and atomics a requester keeps outstanding (`max_qp_init_rd_atom`):
 /// Modify QP refuses a larger `max_rd_atomic`. rdma_rxe's value: perftest gives the initiator
@@ -146,10 +146,12 @@ pub struct SqCounters {
 
 /// The SQ Logic of one QP: the send queue and the requester/completer state.
 #[derive(Debug)]
-pub struct SqLogic<S, G> {
+pub struct SqLogic<S, G, D> {
     pub(crate) sq: S,
     /// The slots' gather/scatter lists.
     sges: SgPool<G>,
+    /// The slots' datagram destinations: one a slot on a datagram QP, none on a connected one.
+    dests: D,
     /// Oldest WQE not yet retired (monotonic counter; slot = counter % len).
     pub(crate) head: u64,
     /// WQE the next packet to transmit belongs to.
@@ -259,14 +261,21 @@ pub(crate) fn position(k: u32, n: u32) -> Position {
     }
 }
 
-impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
-    /// A new SQ Logic over caller-provided storage: `sq`'s length is the SQ depth, and `sges`
-    /// holds the same number of elements for each slot, the most a WR may carry.
-    pub fn new(sq: S, sges: G) -> SqLogic<S, G> {
+impl<S, G, D> SqLogic<S, G, D>
+where
+    S: core::ops::DerefMut<Target = [SendSlot]>,
+    G: SgStore,
+    D: core::ops::DerefMut<Target = [UdDest]>,
+{
+    /// A new SQ Logic over caller-provided storage: `sq`'s length is the SQ depth, `sges`
+    /// holds the same number of elements for each slot, the most a WR may carry, and `dests`
+    /// one datagram destination for each slot (empty for a connected QP, whose WRs have none).
+    pub fn new(sq: S, sges: G, dests: D) -> SqLogic<S, G, D> {
         let sges = SgPool::new(sges, sq.len());
         SqLogic {
             sq,
             sges,
+            dests,
             head: 0,
             send: 0,
             tail: 0,
@@ -425,6 +434,18 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
         slot_sges(&self.sq, &self.sges, self.idx(c))
     }
 
+    /// The datagram destination of the WQE at counter `c` (an empty one on a connected QP).
+    fn ud_dest(&self, c: u64) -> &UdDest {
+        self.idx(c)
+            .and_then(|i| self.dests.get(i))
+            .unwrap_or(&UdDest::EMPTY)
+    }
+
+    /// Whether every slot has room for a datagram destination.
+    pub(crate) fn holds_dests(&self) -> bool {
+        self.dests.len() >= self.sq.len()
+    }
+
     /// Queues a send WR and gives it its SSN (the Qp already checked the state). Fails when the
     /// SQ is full or the WR is malformed (gather list longer than 2^31 bytes, atomic result
     /// buffer shorter than 8 bytes).
@@ -460,8 +481,12 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
         };
         let tail = self.tail;
         let i = self.idx(tail).ok_or(PostError::QueueFull)?;
+        let ud = wr.ud;
         let (wr, sg) = wr.split();
         self.sges.put(i, sg).ok_or(PostError::InvalidWr)?;
+        if let Some(d) = self.dests.get_mut(i) {
+            *d = ud;
+        }
         let slot = self.sq.get_mut(i).ok_or(PostError::QueueFull)?;
         *slot = SendSlot {
             wr,
@@ -760,7 +785,8 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
         out: &mut O,
         no_credit: bool,
     ) -> bool {
-        let Some(slot) = self.slot(self.send).copied() else {
+        let wqe = self.send;
+        let Some(slot) = self.slot(wqe).copied() else {
             return true;
         };
         let wr = &slot.wr;
@@ -886,7 +912,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
                 let info = opcode.info();
                 if info.has_deth {
                     // UD: the WR's address handle names the destination.
-                    let ud = wr.ud();
+                    let ud = self.ud_dest(wqe);
                     h.bth.dest_qp = ud.remote_qpn & crate::wire::bth::QPN_MASK;
                     h.bth.mig_req = false;
                     let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
@@ -966,7 +992,7 @@ impl<S: core::ops::DerefMut<Target = [SendSlot]>, G: SgStore> SqLogic<S, G> {
             h.bth.ack_req = true;
         }
         let path = if ctx.transport == Transport::Ud {
-            &slot.wr.ud().path
+            &self.ud_dest(wqe).path
         } else {
             ctx.path
         };

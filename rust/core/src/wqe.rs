@@ -238,7 +238,8 @@ impl UdDest {
 }
 
 /// The fields of a send work request that only some opcodes carry. One of them at a time
-/// is stored: a send queue slot holds a copy of every posted WR.
+/// is stored: a send queue slot holds a copy of every posted WR. A datagram's destination, the
+/// largest, is kept apart ([`SendWr::ud`]), so that only datagram QPs pay room for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WrExtra {
     /// Nothing beyond the common fields.
@@ -259,15 +260,13 @@ pub enum WrExtra {
     Reg(RegMrParams),
     /// Memory window bind parameters (BIND_MW).
     Bind(crate::mw::BindMwParams),
-    /// Destination of a UD send.
-    Ud(UdDest),
 }
 
-/// A send work request. `L` is its scatter/gather list: an [`SgList`] as the caller posts it; in
-/// a send queue slot, the list's length (the queue keeps the elements apart, see
-/// [`SgPool`](crate::sg_pool::SgPool)).
+/// A send work request. `L` is its scatter/gather list and `U` its datagram destination: an
+/// [`SgList`] and a [`UdDest`] as the caller posts it; in a send queue slot, the list's length
+/// and nothing (the queue keeps both apart, see [`SgPool`](crate::sg_pool::SgPool)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SendWr<L = SgList> {
+pub struct SendWr<L = SgList, U = UdDest> {
     /// Caller's identifier, returned in the completion.
     pub wr_id: u64,
     /// What to do.
@@ -286,6 +285,8 @@ pub struct SendWr<L = SgList> {
     pub rkey: u32,
     /// The fields only some opcodes carry.
     pub extra: WrExtra,
+    /// Destination of a datagram (UD) send; unused by connected QPs.
+    pub ud: U,
 }
 
 impl SendWr {
@@ -301,12 +302,13 @@ impl SendWr {
             remote_addr: 0,
             rkey: 0,
             extra: WrExtra::None,
+            ud: UdDest::EMPTY,
         }
     }
 
-    /// The WR as a send queue slot keeps it (the list's length in place of the list), and the
-    /// list.
-    pub fn split(&self) -> (SendWr<u8>, &[Sge]) {
+    /// The WR as a send queue slot keeps it (the list's length in place of the list, without
+    /// the datagram destination), and the list.
+    pub fn split(&self) -> (SendWr<u8, ()>, &[Sge]) {
         let sg = self.sg.as_slice();
         let wr = SendWr {
             wr_id: self.wr_id,
@@ -318,12 +320,24 @@ impl SendWr {
             remote_addr: self.remote_addr,
             rkey: self.rkey,
             extra: self.extra,
+            ud: (),
         };
         (wr, sg)
     }
+
+    /// Sets the destination QP and Q_Key of a datagram send.
+    pub fn set_ud_dest(&mut self, remote_qpn: u32, remote_qkey: u32) {
+        self.ud.remote_qpn = remote_qpn;
+        self.ud.remote_qkey = remote_qkey;
+    }
+
+    /// Sets the path of a datagram send.
+    pub fn set_ud_path(&mut self, path: crate::apm::PathInfo) {
+        self.ud.path = path;
+    }
 }
 
-impl<L> SendWr<L> {
+impl<L, U> SendWr<L, U> {
     /// The compare (CMP_AND_SWP) or add (FETCH_AND_ADD) value of an atomic; 0 otherwise.
     pub fn compare_add(&self) -> u64 {
         match self.extra {
@@ -369,44 +383,6 @@ impl<L> SendWr<L> {
         match self.extra {
             WrExtra::Bind(b) => b,
             _ => crate::mw::BindMwParams::default(),
-        }
-    }
-
-    /// The destination of a datagram send; an empty one otherwise.
-    pub fn ud(&self) -> &UdDest {
-        match &self.extra {
-            WrExtra::Ud(u) => u,
-            _ => &UdDest::EMPTY,
-        }
-    }
-
-    /// Sets the destination QP and Q_Key of a datagram send (the WR becomes one).
-    pub fn set_ud_dest(&mut self, remote_qpn: u32, remote_qkey: u32) {
-        match &mut self.extra {
-            WrExtra::Ud(u) => {
-                u.remote_qpn = remote_qpn;
-                u.remote_qkey = remote_qkey;
-            }
-            other => {
-                *other = WrExtra::Ud(UdDest {
-                    remote_qpn,
-                    remote_qkey,
-                    ..UdDest::EMPTY
-                })
-            }
-        }
-    }
-
-    /// Sets the path of a datagram send (the WR becomes one).
-    pub fn set_ud_path(&mut self, path: crate::apm::PathInfo) {
-        match &mut self.extra {
-            WrExtra::Ud(u) => u.path = path,
-            other => {
-                *other = WrExtra::Ud(UdDest {
-                    path,
-                    ..UdDest::EMPTY
-                })
-            }
         }
     }
 }
@@ -463,7 +439,7 @@ pub struct RecvSlot {
 #[derive(Clone, Copy, Debug)]
 pub struct SendSlot {
     /// The posted work request; its scatter/gather list is kept apart.
-    pub wr: SendWr<u8>,
+    pub wr: SendWr<u8, ()>,
     /// Send sequence number (24 bits, seed 003).
     pub ssn: u32,
     /// PSN of the first request packet (valid once started).
@@ -519,7 +495,7 @@ mod tests {
         assert_eq!(wr.flush(), FlushParams::default());
         assert_eq!(wr.reg(), RegMrParams::default());
         assert_eq!(wr.bind(), crate::mw::BindMwParams::default());
-        assert_eq!(*wr.ud(), UdDest::EMPTY);
+        assert_eq!(wr.ud, UdDest::EMPTY);
         wr.extra = WrExtra::AtomicWrite([1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(wr.atomic_write(), [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!((wr.compare_add(), wr.swap()), (0, 0));
@@ -544,15 +520,15 @@ mod tests {
             remote_qpn: 0x11,
             remote_qkey: 0x22,
         };
-        assert_eq!((*a.ud(), *b.ud()), (want, want));
+        assert_eq!((a.ud, b.ud), (want, want));
     }
 
     /// A queue keeps a copy of every WR in each of its slots (255 for a QP of 128 WRs), its
-    /// scatter/gather list apart: the opcode-specific fields share one place, so a slot stays
-    /// this small.
+    /// scatter/gather list and datagram destination apart: the opcode-specific fields share one
+    /// place, so a slot stays this small (255 of them fit in seven pages).
     #[test]
     fn queue_slots_stay_small() {
-        assert!(core::mem::size_of::<SendSlot>() <= 136);
+        assert!(core::mem::size_of::<SendSlot>() <= 112);
         assert!(core::mem::size_of::<RecvSlot>() <= 16);
     }
 }

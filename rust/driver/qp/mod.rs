@@ -36,7 +36,7 @@ use crate::rvcore::events::{CqKind, Timer};
 use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
-use crate::rvcore::wqe::{RecvSlot, SendSlot, Sge};
+use crate::rvcore::wqe::{RecvSlot, SendSlot, Sge, UdDest};
 use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{
@@ -52,7 +52,8 @@ use transmit::TxStream;
 use user_rings::UserRings;
 
 /// The core QP with kernel-allocated queue storage (see [`slots`]).
-pub(crate) type CoreQp = Qp<slots::Slots<SendSlot>, slots::Slots<RecvSlot>, slots::Slots<Sge>>;
+pub(crate) type CoreQp =
+    Qp<slots::Slots<SendSlot>, slots::Slots<RecvSlot>, slots::Slots<Sge>, slots::Slots<UdDest>>;
 
 /// Packets a work run transmits before it yields (it requeues itself).
 const WORK_BUDGET: usize = 64;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Storage for the core's send and receive queue slots and their scatter/gather elements.
+//! Storage for the core's send and receive queue slots, their scatter/gather elements and
+//! datagram destinations.
 //!
 //! A queue of more than a page comes from vmalloc, which rounds to pages: kmalloc (and kvmalloc,
 //! which tries it first) rounds to a power of two, so a 255-slot send queue of 90 KiB would take

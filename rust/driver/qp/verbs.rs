@@ -32,7 +32,7 @@ use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
-use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, Sge, WrExtra};
+use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, Sge, UdDest, WrExtra};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
@@ -206,6 +206,12 @@ impl QpVerbs for RvrDevice {
             (None, Some(r)) => (r.capacity(), max_recv_sge),
             (None, None) => (rq_depth, max_recv_sge),
         };
+        // Only a datagram's WR names its destination.
+        let sq_dests = if qp_type.is_datagram() {
+            sq_slots as usize
+        } else {
+            0
+        };
         let mut tunnels = KVec::with_capacity(shared.ports.len(), GFP_KERNEL)?;
         for nd in shared.ports.iter() {
             tunnels.push(udp_tunnel::acquire(nd)?, GFP_KERNEL)?;
@@ -225,6 +231,7 @@ impl QpVerbs for RvrDevice {
                 (
                     Slots::new(SendSlot::default(), sq_slots as usize)?,
                     Slots::new(Sge::default(), sq_slots as usize * max_send_sge)?,
+                    Slots::new(UdDest::EMPTY, sq_dests)?,
                 ),
                 (
                     Slots::new(RecvSlot::default(), rq_slots as usize)?,

@@ -498,7 +498,7 @@ impl Outputs for FuzzOut {
 // ---------------------------------------------------------------------------------------------
 // The driver.
 
-type FuzzQp = Qp<Vec<SendSlot>, Vec<RecvSlot>, Vec<Sge>>;
+type FuzzQp = Qp<Vec<SendSlot>, Vec<RecvSlot>, Vec<Sge>, Vec<UdDest>>;
 
 const QPN: u32 = 0x11;
 const DEST_QPN: u32 = 0x22;
@@ -608,6 +608,7 @@ impl Driver {
             (
                 vec![SendSlot::default(); sq_depth],
                 vec![Sge::default(); sq_depth * sge_room],
+                vec![UdDest::EMPTY; if qp_type.is_datagram() { sq_depth } else { 0 }],
             ),
             (
                 vec![RecvSlot::default(); rq_depth],
@@ -859,12 +860,13 @@ impl Driver {
                 access: ACCESS_LOCAL_WRITE,
                 mr_handle: 1,
             }),
-            // Ignored by the RC and UC QPs.
-            _ => WrExtra::Ud(UdDest {
-                path: path(0),
-                remote_qpn: DEST_QPN,
-                remote_qkey: 0x8000_0000,
-            }),
+            _ => WrExtra::None,
+        };
+        // Ignored by the RC and UC QPs.
+        wr.ud = UdDest {
+            path: path(0),
+            remote_qpn: DEST_QPN,
+            remote_qkey: 0x8000_0000,
         };
         self.out.send.outstanding.push_back((wr.wr_id, 0));
         let r = self.call(|d| d.qp.post_send(&wr, &mut d.out));

@@ -5,15 +5,23 @@ use rvrdma_core::events::{AsyncEvent, Completion, CqFull, CqKind, Outputs, Paylo
 use rvrdma_core::memory::ACCESS_REMOTE_READ;
 use rvrdma_core::qp::Qp;
 use rvrdma_core::wire::{pad_count, Headers, ICRC_LEN};
-use rvrdma_core::wqe::{RecvSlot, SendSlot, Sge, MAX_SGE};
+use rvrdma_core::wqe::{RecvSlot, SendSlot, Sge, UdDest, MAX_SGE};
 
 use super::mem::SimMem;
 
-pub type SimQp = Qp<Vec<SendSlot>, Vec<RecvSlot>, Vec<Sge>>;
+pub type SimQp = Qp<Vec<SendSlot>, Vec<RecvSlot>, Vec<Sge>, Vec<UdDest>>;
 
 /// Storage for a simulated queue of `depth` slots, each with room for `MAX_SGE` elements.
 pub fn sim_queue<T: Clone>(slot: T, depth: usize) -> (Vec<T>, Vec<Sge>) {
     (vec![slot; depth], vec![Sge::default(); depth * MAX_SGE])
+}
+
+/// Storage for a simulated send queue of `depth` slots, each with room for `MAX_SGE` elements
+/// and, when `datagram`, a destination.
+pub fn sim_send_queue(depth: usize, datagram: bool) -> (Vec<SendSlot>, Vec<Sge>, Vec<UdDest>) {
+    let (sq, sges) = sim_queue(SendSlot::default(), depth);
+    let dests = vec![UdDest::EMPTY; if datagram { depth } else { 0 }];
+    (sq, sges, dests)
 }
 
 /// A packet as transmitted: the path it left on and its bytes (headers, payload, pad, ICRC).

@@ -15,12 +15,11 @@ use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
 use rvrdma_core::wire::feth::{PLACEMENT_GLOBAL, SELECT_MR, SELECT_RANGE};
 use rvrdma_core::wire::Headers;
 use rvrdma_core::wqe::{
-    FlushParams, RecvSlot, RecvWr, RegMrParams, SendFlags, SendOpcode, SendSlot, SendWr, SgList,
-    Sge, WrExtra,
+    FlushParams, RecvSlot, RecvWr, RegMrParams, SendFlags, SendOpcode, SendWr, SgList, Sge, WrExtra,
 };
 
 use super::mem::SimMem;
-use super::node::{sim_queue, SimOut, SimQp};
+use super::node::{sim_queue, sim_send_queue, SimOut, SimQp};
 use super::rng::Rng;
 
 pub const KEY_SRC: u32 = 0x100;
@@ -410,7 +409,7 @@ impl Sim {
                     qpn: 0x11 + i as u32,
                     srq: cfg.srq,
                 },
-                sim_queue(SendSlot::default(), cfg.sq_depth),
+                sim_send_queue(cfg.sq_depth, false),
                 sim_queue(RecvSlot::default(), if cfg.srq { 4 } else { cfg.rq_depth }),
             )
             .expect("RC QP");

@@ -13,7 +13,9 @@ use rvrdma_core::qp::{QpAttrs, QpCreate, QpModifyError};
 use rvrdma_core::qp_state::{AttrMask, QpState, QpType};
 use rvrdma_core::requester::PostError;
 use rvrdma_core::wire::{Aeth, AtomicEth, Bth, Headers, NakCode, Opcode, Reth, Syndrome};
-use rvrdma_core::wqe::{RecvSlot, RecvWr, SendOpcode, SendSlot, SendWr, SgList, Sge, MAX_SGE};
+use rvrdma_core::wqe::{
+    RecvSlot, RecvWr, SendOpcode, SendSlot, SendWr, SgList, Sge, UdDest, MAX_SGE,
+};
 
 use crate::sim::mem::SimMem;
 use crate::sim::node::{timer_index, SimOut, SimQp};
@@ -146,6 +148,7 @@ pub fn mk_end_room(i: usize, srq: bool, qp_type: QpType, room: usize) -> End {
         (
             vec![SendSlot::default(); 16],
             vec![Sge::default(); 16 * room],
+            vec![UdDest::EMPTY; if qp_type.is_datagram() { 16 } else { 0 }],
         ),
         (
             vec![RecvSlot::default(); 16],

@@ -184,6 +184,82 @@ fn ud_single_packet_send_with_deth_qkey_and_grh() {
     assert!(d.take(1).is_empty(), "UD never acknowledges");
 }
 
+/// Each queued datagram leaves for its own destination: the send queue keeps every slot's
+/// destination apart from the WR, and a later post must not overwrite an earlier one's.
+#[test]
+fn ud_sends_queued_together_each_go_to_their_own_destination() {
+    let mut d = ud_pair([0x1111, 0x2222]);
+    let dests = [
+        (0x12, 0x2222, 1u8, 0x111),
+        (0x345, 0x7777, 2, 0x222),
+        (0x12, 0x8000_0000, 1, 0x333),
+    ];
+    for (id, &(qpn, qkey, port, flow)) in dests.iter().enumerate() {
+        let mut w = send_wr(id as u64, SendOpcode::Send, 8);
+        let mut p = path(0, usize::from(port - 1));
+        p.flow_label = flow;
+        w.set_ud_path(p);
+        w.set_ud_dest(qpn, qkey);
+        d.post(0, w).expect("post");
+    }
+    d.progress(0);
+    let sent = std::mem::take(&mut d.e[0].out.tx);
+    assert_eq!(sent.len(), 3);
+    for (pkt, &(qpn, qkey, port, flow)) in sent.iter().zip(dests.iter()) {
+        let (h, _) = rvrdma_core::wire::Headers::decode_with_payload(&pkt.bytes).expect("decode");
+        assert_eq!(h.bth.dest_qp, qpn);
+        let want_qkey = if qkey & 0x8000_0000 != 0 {
+            0x1111
+        } else {
+            qkey
+        };
+        assert_eq!(
+            h.deth.expect("DETH").qkey,
+            want_qkey,
+            "the QP's own Q_Key when the top bit is set"
+        );
+        assert_eq!((pkt.path.port_num, pkt.path.flow_label), (port, flow));
+        assert_eq!(pkt.path.dgid, path(0, usize::from(port - 1)).dgid);
+    }
+    assert_eq!(d.e[0].out.send_cqes.len(), 3);
+}
+
+/// A datagram QP needs room for a destination in every send slot; a connected one needs none.
+#[test]
+fn a_datagram_qp_without_room_for_each_destination_is_refused() {
+    use rvrdma_core::qp::{Qp, QpCreate};
+    use rvrdma_core::wqe::{RecvSlot, SendSlot, UdDest};
+    let create = |qp_type| QpCreate {
+        qp_type,
+        qpn: 0x11,
+        srq: false,
+    };
+    let sq = |dests: usize| {
+        (
+            vec![SendSlot::default(); 4],
+            vec![Sge::default(); 4],
+            vec![UdDest::EMPTY; dests],
+        )
+    };
+    let rq = || (vec![RecvSlot::default(); 4], vec![Sge::default(); 4]);
+    for t in [QpType::Ud, QpType::Gsi] {
+        assert!(
+            Qp::new(create(t), sq(3), rq()).is_none(),
+            "{t:?} with 3 of 4"
+        );
+        assert!(
+            Qp::new(create(t), sq(4), rq()).is_some(),
+            "{t:?} with 4 of 4"
+        );
+    }
+    for t in [QpType::Rc, QpType::Uc] {
+        assert!(
+            Qp::new(create(t), sq(0), rq()).is_some(),
+            "{t:?} needs none"
+        );
+    }
+}
+
 #[test]
 fn ud_wrong_qkey_is_dropped_and_counted() {
     let mut d = ud_pair([0x1111, 0x2222]);
@@ -259,7 +335,7 @@ fn gsi_sends_with_qp1_and_its_qkey_and_receives_the_ipv4_header() {
                 qpn: 1,
                 srq: false,
             },
-            crate::sim::node::sim_queue(rvrdma_core::wqe::SendSlot::default(), 16),
+            crate::sim::node::sim_send_queue(16, true),
             crate::sim::node::sim_queue(rvrdma_core::wqe::RecvSlot::default(), 16),
         )
         .expect("GSI");
@@ -341,7 +417,7 @@ fn ud_multicast_reaches_ud_qps_only() {
     fill(&d.e[0].mem, SRC, SRC_VA, &data);
     d.post_recv(1, 1024).expect("recv");
     let mut w = ud_send(1, 100, 0x2222);
-    let qkey = w.ud().remote_qkey;
+    let qkey = w.ud.remote_qkey;
     w.set_ud_dest(MULTICAST_QPN, qkey);
     d.post(0, w).expect("post");
     d.progress(0);
