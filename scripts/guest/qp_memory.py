@@ -4,8 +4,10 @@ after creating N RC QPs (128 send and 128 receive WRs, one SGE each, as perftest
 divided by N; the median of three rounds (the QPs destroyed between them), as other activity in
 the guest moves MemFree too. User-space memory of the process is allocated before the first
 reading (rdma-core's rings are mapped from the kernel's, which count as kernel memory here).
-Also the parts of it that move with nothing else: vmalloc'd pages (`VmallocUsed`, exact: both
-drivers' rings and rvrdma's larger queues come from vmalloc) and slab objects (`Slab`)."""
+Also, apart, what moves with little else: the rise of vmalloc'd pages (`VmallocUsed`, steady
+from round to round: both drivers' rings and rvrdma's larger queues come from vmalloc) and of
+slab objects (`Slab`). Pages taken from the CPUs' free lists do not move MemFree, so these two
+may add up to more."""
 import sys
 import time
 
@@ -54,7 +56,7 @@ def main():
         time.sleep(1)
     med = {f: sorted(v)[1] for f, v in per_qp.items()}
     print(
-        "%.1f KiB (of which vmalloc %.1f, slab %.1f)"
+        "%.1f KiB (vmalloc %.1f, slab %.1f)"
         % (med["MemFree"], med["VmallocUsed"], med["Slab"])
     )
 

@@ -438,7 +438,8 @@ pub struct RecvSlot {
 /// bookkeeping for it.
 #[derive(Clone, Copy, Debug)]
 pub struct SendSlot {
-    /// The posted work request; its scatter/gather list is kept apart.
+    /// The posted work request; its scatter/gather list and datagram destination are kept
+    /// apart.
     pub wr: SendWr<u8, ()>,
     /// Send sequence number (24 bits, seed 003).
     pub ssn: u32,
