@@ -378,14 +378,14 @@ unsafe extern "C" fn dereg_mr<T: MrVerbs>(ibmr: *mut b::ib_mr, _udata: *mut b::i
 /// # Safety
 ///
 /// Both ranges must be valid for `len` bytes.
-unsafe fn kcopy(dst: *mut u8, src: *const u8, len: usize) {
+pub(crate) unsafe fn kcopy(dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: per the caller. The memory may be shared with other agents (as with a DMA engine),
     // which is the RDMA contract for registered memory.
     unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
 }
 
 /// Checks a kernel virtual range for the obvious: not NULL, no wrap-around.
-fn check_kva(va: u64, len: usize) -> Result {
+pub(crate) fn check_kva(va: u64, len: usize) -> Result {
     if va == 0 || va.checked_add(len as u64).is_none() {
         return Err(EFAULT);
     }

@@ -555,6 +555,9 @@ pub struct SendWrList<'a> {
     ah: *const b::ib_ah,
     /// The WR returned last, if it is a fast registration (an `ib_reg_wr`).
     reg: *const b::ib_reg_wr,
+    /// The WR returned last, if it carries inline data (`IB_SEND_INLINE`, not a local
+    /// operation).
+    inline: *const b::ib_send_wr,
 }
 
 impl SendWrList<'_> {
@@ -581,6 +584,38 @@ impl SendWrList<'_> {
             access: r.access as u32,
             mr_handle: handle,
         })
+    }
+
+    /// Copies the data of the WR [`Self::next_wr`] returned last, if it is an `IB_SEND_INLINE`
+    /// one, to the front of `dst` (its SGEs' bytes one after the other) and returns its length;
+    /// `None` for a WR without inline data. The caller may reuse an inline WR's buffers once the
+    /// post returns, so they are copied now, and their L_Keys mean nothing (rdma_rxe copies
+    /// them the same way). `EINVAL` if the data does not fit in `dst`, `EFAULT` for a NULL or
+    /// wrapping address.
+    pub fn copy_inline(&self, dst: &mut [u8]) -> Result<Option<usize>> {
+        if self.inline.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: `inline` is the caller's WR of this call.
+        let wr = unsafe { &*self.inline };
+        let n = usize::try_from(wr.num_sge).map_err(|_| EINVAL)?;
+        let mut done = 0usize;
+        for i in 0..n {
+            // SAFETY: a kernel caller's `sg_list` holds `num_sge` valid elements.
+            let s = unsafe { &*wr.sg_list.add(i) };
+            let len = s.length as usize;
+            let end = done.checked_add(len).ok_or(EINVAL)?;
+            let to = dst.get_mut(done..end).ok_or(EINVAL)?;
+            if len > 0 {
+                super::mr::check_kva(s.addr, len)?;
+                // SAFETY: this device takes DMA addresses for kernel virtual ones
+                // (`ib_virt_dma_to_ptr`), and the SGEs of an inline WR name `length` bytes of
+                // kernel memory the caller owns for the call; `to` is `len` bytes of `dst`.
+                unsafe { super::mr::kcopy(to.as_mut_ptr(), s.addr as usize as *const u8, len) };
+            }
+            done = end;
+        }
+        Ok(Some(done))
     }
 
     /// The AH of the WR [`Self::next_wr`] returned last, as the driver's data: `None` for a
@@ -614,6 +649,10 @@ impl SendWrList<'_> {
         // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).
         let mut out = SendWr::new(unsafe { *wr.__bindgen_anon_1.wr_id.as_ref() }, opcode);
         out.flags = SendFlags(wr.send_flags as u32);
+        if out.flags.has(SendFlags::INLINE) && opcode.is_read_or_atomic() {
+            // Its SGEs are where the answer lands: no data to inline (rdma_rxe refuses it too).
+            return Err(EINVAL);
+        }
         out.sg = sg;
         // SAFETY: the union member matches the opcode (ib_verbs.h).
         unsafe {
@@ -643,6 +682,11 @@ impl SendWrList<'_> {
             };
         }
         self.ah = core::ptr::null();
+        self.inline = if out.flags.has(SendFlags::INLINE) && !opcode.is_local() {
+            self.next
+        } else {
+            core::ptr::null()
+        };
         self.reg = if opcode == SendOpcode::RegMr {
             self.next.cast::<b::ib_reg_wr>()
         } else {
@@ -858,6 +902,7 @@ unsafe extern "C" fn post_send<T: QpVerbs>(
                 datagram: matches!(QpType::from_raw(qp_type), Some(QpType::Ud | QpType::Gsi)),
                 ah: core::ptr::null(),
                 reg: core::ptr::null(),
+                inline: core::ptr::null(),
             };
             T::post_send(data, Some(&mut list))?;
         }
@@ -923,7 +968,112 @@ mod kunit_send_wr {
             datagram: true,
             ah: core::ptr::null(),
             reg: core::ptr::null(),
+            inline: core::ptr::null(),
         }
+    }
+
+    /// A list of the one WR `wr` on a connected QP.
+    fn rc_list<'a>(wr: &b::ib_send_wr, bad: &'a mut *const b::ib_send_wr) -> SendWrList<'a> {
+        SendWrList {
+            datagram: false,
+            ..ud_list(wr, bad)
+        }
+    }
+
+    /// An SGE for `buf`, with an L_Key that names nothing.
+    fn sge(buf: &[u8]) -> b::ib_sge {
+        b::ib_sge {
+            addr: buf.as_ptr() as u64,
+            length: buf.len() as u32,
+            lkey: 0xdead_beef,
+        }
+    }
+
+    /// A WR of `opcode` and `flags` over `sges`.
+    fn wr_over(
+        opcode: b::ib_wr_opcode,
+        flags: b::ib_send_flags,
+        sges: &mut [b::ib_sge],
+    ) -> b::ib_send_wr {
+        b::ib_send_wr {
+            opcode,
+            send_flags: flags as kernel::ffi::c_int,
+            sg_list: sges.as_mut_ptr(),
+            num_sge: sges.len() as kernel::ffi::c_int,
+            ..Default::default()
+        }
+    }
+
+    /// An inline Send's bytes are copied at post time, its SGEs' one after the other, whatever
+    /// their L_Keys; data longer than the room, or at a NULL address, is refused.
+    #[test]
+    fn inline_data_is_copied_at_post_time() {
+        let (a, c) = ([1u8, 2, 3], [4u8, 5, 6, 7, 8]);
+        let mut sges = [sge(&a), sge(&[]), sge(&c)];
+        let wr = wr_over(
+            b::ib_wr_opcode_IB_WR_SEND,
+            b::ib_send_flags_IB_SEND_INLINE,
+            &mut sges,
+        );
+        let mut bad = core::ptr::null();
+        let mut list = rc_list(&wr, &mut bad);
+        assert!(list.next_wr().is_ok_and(|w| w.is_some()));
+        let mut dst = [0u8; 10];
+        assert_eq!(list.copy_inline(&mut dst), Ok(Some(8)));
+        assert_eq!(dst, [1, 2, 3, 4, 5, 6, 7, 8, 0, 0]);
+        assert_eq!(
+            list.copy_inline(&mut dst[..7]),
+            Err(kernel::error::code::EINVAL)
+        );
+
+        let mut sges = [b::ib_sge {
+            addr: 0,
+            length: 4,
+            lkey: 0,
+        }];
+        let wr = wr_over(
+            b::ib_wr_opcode_IB_WR_SEND,
+            b::ib_send_flags_IB_SEND_INLINE,
+            &mut sges,
+        );
+        let mut list = rc_list(&wr, &mut bad);
+        assert!(list.next_wr().is_ok_and(|w| w.is_some()));
+        assert_eq!(list.copy_inline(&mut dst), Err(kernel::error::code::EFAULT));
+    }
+
+    /// A WR without `IB_SEND_INLINE`, or a local operation with it, has no inline data.
+    #[test]
+    fn only_an_inline_data_carrying_wr_has_inline_data() {
+        let a = [9u8; 4];
+        let mut sges = [sge(&a)];
+        let mut bad = core::ptr::null();
+        let mut dst = [0u8; 8];
+        for (opcode, flags) in [
+            (b::ib_wr_opcode_IB_WR_SEND, 0),
+            (
+                b::ib_wr_opcode_IB_WR_LOCAL_INV,
+                b::ib_send_flags_IB_SEND_INLINE,
+            ),
+        ] {
+            let wr = wr_over(opcode, flags, &mut sges);
+            let mut list = rc_list(&wr, &mut bad);
+            assert!(list.next_wr().is_ok_and(|w| w.is_some()));
+            assert_eq!(list.copy_inline(&mut dst), Ok(None));
+        }
+        // Nothing copied.
+        assert_eq!(dst, [0; 8]);
+        // An RDMA Read's SGEs are where its answer lands: inline makes no sense, and is refused.
+        let wr = wr_over(
+            b::ib_wr_opcode_IB_WR_RDMA_READ,
+            b::ib_send_flags_IB_SEND_INLINE,
+            &mut sges,
+        );
+        {
+            let mut list = rc_list(&wr, &mut bad);
+            assert!(list.next_wr().is_err());
+        }
+        // The Read is the bad WR.
+        assert!(core::ptr::eq(bad, &wr));
     }
 
     /// A fast registration on a UD QP is an `ib_reg_wr`: its MR pointer, where an `ib_ud_wr`

@@ -396,6 +396,15 @@ where
         self.tail.wrapping_sub(self.head)
     }
 
+    /// The slot the next posted WR will take, or `None` while the queue is full: a shell that
+    /// keeps something per slot (a copy of inline data) fills that slot's before it posts.
+    pub fn next_slot(&self) -> Option<usize> {
+        if self.outstanding() >= self.sq.len() as u64 {
+            return None;
+        }
+        self.idx(self.tail)
+    }
+
     /// True when no message is in flight: nothing started is unacknowledged.
     pub fn idle_in_flight(&self) -> bool {
         self.una == self.high_psn && self.rd_atomic_out == 0 && self.no_started_pending()

@@ -9,6 +9,7 @@
 //! report async events and wake completion handlers (none of which may run under the lock).
 //! Kernel callers of `post_send`/`post_recv` may be in any context: they only queue the work.
 
+mod kernel_inline;
 mod modify_attr;
 mod outputs;
 mod routes;

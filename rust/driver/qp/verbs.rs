@@ -4,6 +4,7 @@
 //! and posting (user doorbells run the QP inline; kernel callers' WRs are queued for the work
 //! item, since they may post from any context).
 
+use super::kernel_inline;
 use super::modify_attr;
 use super::outputs::QpOut;
 use super::routes::{QpPaths, Wanted};
@@ -32,7 +33,7 @@ use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
 use crate::rvcore::requester::PostError;
-use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, Sge, UdDest, WrExtra};
+use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, SgList, Sge, UdDest, WrExtra};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
@@ -40,10 +41,11 @@ impl QpShared {
     /// Posts kernel work requests with `post` under the QP lock (any context), then schedules
     /// the work item, also after an error. Packets the posting builds (a credit update on a
     /// receive) wait in the QP's streams for the work item to send them: the caller may not
-    /// be able to transmit. `post` lists datagram destinations to look routes up for.
+    /// be able to transmit. `post` gets the QP's inline area, and lists datagram destinations
+    /// to look routes up for.
     fn post_kernel(
         self: &Arc<Self>,
-        post: impl FnOnce(&mut CoreQp, &mut QpOut<'_>, &mut Wanted) -> Result,
+        post: impl FnOnce(&mut CoreQp, &mut [u8], &mut QpOut<'_>, &mut Wanted) -> Result,
     ) -> Result {
         let mut wanted = Wanted::default();
         let res = {
@@ -57,7 +59,12 @@ impl QpShared {
                 &[],
                 Some(&inner.paths.routes),
             );
-            let res = post(&mut inner.core, &mut out, &mut wanted);
+            let res = post(
+                &mut inner.core,
+                &mut inner.user.inline[..],
+                &mut out,
+                &mut wanted,
+            );
             // A credit update built for a path without a route yet: the work item looks it up.
             let need_route = out.need_route;
             inner.paths.need_route |= need_route;
@@ -74,7 +81,8 @@ impl QpShared {
     fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
         let sig_all = self.sig_all;
         let datagram = matches!(self.qp_type, IbQpType::Ud | IbQpType::Gsi);
-        self.post_kernel(|core, out, wanted| {
+        let max_inline = self.max_inline;
+        self.post_kernel(|core, inline, out, wanted| {
             while let Some(mut wr) = wrs.next_wr()? {
                 if wr.opcode == SendOpcode::RegMr {
                     // Fast registration (kernel callers only): the MR, its new key and
@@ -95,6 +103,13 @@ impl QpShared {
                     wanted.add(&path);
                     wr.set_ud_path(path);
                 }
+                if wr.flags.has(SendFlags::INLINE) && !wr.opcode.is_local() {
+                    let slot = core.sq_logic().next_slot();
+                    let copy = |dst: &mut [u8]| wrs.copy_inline(dst);
+                    if let Some(sge) = kernel_inline::stage(slot, inline, max_inline, copy)? {
+                        wr.sg = SgList::from_slice(&[sge]).ok_or(EINVAL)?;
+                    }
+                }
                 core.post_send(&wr, out).map_err(post_errno)?;
             }
             Ok(())
@@ -103,7 +118,7 @@ impl QpShared {
 
     /// Posts kernel receive WRs (any context).
     fn post_kernel_recv(self: &Arc<Self>, wrs: &mut RecvWrList<'_>) -> Result {
-        self.post_kernel(|core, out, _| {
+        self.post_kernel(|core, _, out, _| {
             while let Some(wr) = wrs.next_wr()? {
                 core.post_recv(&wr, out).map_err(post_errno)?;
             }

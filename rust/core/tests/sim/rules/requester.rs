@@ -79,6 +79,34 @@ fn a_wr_with_more_elements_than_its_queue_holds_is_refused() {
     assert_eq!(d.e[0].out.send_cqes[0].status, WcStatus::Success);
 }
 
+/// A shell that keeps something per send slot (a copy of a kernel caller's inline data) learns
+/// from `next_slot` which slot the next post takes: the slots in ring order, none while the
+/// queue is full, and the oldest again once it retired.
+#[test]
+fn the_next_slot_is_the_one_the_next_post_takes() {
+    let mut d = Duo::running(4);
+    for i in 0..16 {
+        assert_eq!(d.e[0].qp.sq_logic().next_slot(), Some(i));
+        d.post(0, send_wr(i as u64, SendOpcode::Send, 8))
+            .expect("post");
+    }
+    assert_eq!(d.e[0].qp.sq_logic().next_slot(), None, "full");
+    assert_eq!(
+        d.post(0, send_wr(16, SendOpcode::Send, 8)),
+        Err(PostError::QueueFull)
+    );
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes.len(), 4, "four had a receive");
+    assert_eq!(d.e[0].qp.sq_logic().outstanding(), 12);
+    assert_eq!(
+        d.e[0].qp.sq_logic().next_slot(),
+        Some(0),
+        "the oldest slot again"
+    );
+    d.post(0, send_wr(16, SendOpcode::Send, 8)).expect("post");
+    assert_eq!(d.e[0].qp.sq_logic().next_slot(), Some(1));
+}
+
 #[test]
 fn requester_psn_sequence_nak_retransmits_from_nak_psn() {
     let mut d = Duo::running(4);
