@@ -49,7 +49,9 @@ pub trait QpVerbs: PdVerbs + CqVerbs + SrqVerbs + IbDriver {
     /// Destroys a QP. After it returns the driver must not use the QP's [`QpHandle`].
     fn destroy_qp(qp: Self::Qp);
     /// Posts kernel send work requests, or (`wrs` is `None`) rings a user QP's doorbell:
-    /// the work requests are in the user's mmapped send queue.
+    /// the work requests are in the user's mmapped send queue. A user QP's call always comes
+    /// as a doorbell, also when the uverbs command carried work requests (built from user
+    /// input, they are not posted, as on rdma_rxe).
     fn post_send(qp: &Self::Qp, wrs: Option<&mut SendWrList<'_>>) -> Result;
     /// Posts kernel receive work requests.
     fn post_recv(qp: &Self::Qp, wrs: &mut RecvWrList<'_>) -> Result;
@@ -555,8 +557,7 @@ pub struct SendWrList<'a> {
     ah: *const b::ib_ah,
     /// The WR returned last, if it is a fast registration (an `ib_reg_wr`).
     reg: *const b::ib_reg_wr,
-    /// The WR returned last, if it carries inline data (`IB_SEND_INLINE`, not a local
-    /// operation).
+    /// The WR returned last, if it carries inline data (`IB_SEND_INLINE`).
     inline: *const b::ib_send_wr,
 }
 
@@ -649,8 +650,9 @@ impl SendWrList<'_> {
         // SAFETY: `wr_id` is the member a kernel caller sets (the other is a CQE pointer).
         let mut out = SendWr::new(unsafe { *wr.__bindgen_anon_1.wr_id.as_ref() }, opcode);
         out.flags = SendFlags(wr.send_flags as u32);
-        if out.flags.has(SendFlags::INLINE) && opcode.is_read_or_atomic() {
-            // Its SGEs are where the answer lands: no data to inline (rdma_rxe refuses it too).
+        if out.flags.has(SendFlags::INLINE) && (opcode.is_read_or_atomic() || opcode.is_local()) {
+            // Only Sends and Writes carry data to inline: a Read's or atomic's SGEs are where
+            // the answer lands (rdma_rxe refuses them too).
             return Err(EINVAL);
         }
         out.sg = sg;
@@ -682,7 +684,7 @@ impl SendWrList<'_> {
             };
         }
         self.ah = core::ptr::null();
-        self.inline = if out.flags.has(SendFlags::INLINE) && !opcode.is_local() {
+        self.inline = if out.flags.has(SendFlags::INLINE) {
             self.next
         } else {
             core::ptr::null()
@@ -888,8 +890,17 @@ unsafe extern "C" fn post_send<T: QpVerbs>(
     from_result(|| {
         // SAFETY: the QP is live.
         let data = unsafe { qp_data::<T>(ibqp) };
+        // SAFETY: the QP is live; ib_core sets `uobject` at creation, for a user QP only.
+        let user = unsafe { !(*ibqp).uobject.is_null() };
         if wr.is_null() {
             T::post_send(data, None)?;
+        } else if user {
+            // Work requests of the uverbs POST_SEND command: their addresses and flags are the
+            // user's, unchecked. A user QP's WQEs are in its ring: the call is its doorbell.
+            T::post_send(data, None).inspect_err(|_| {
+                // SAFETY: `bad` is valid for writes per the callback contract.
+                unsafe { *bad = wr };
+            })?;
         } else {
             // SAFETY: `bad` is valid for writes per the callback contract, and only written
             // through this reference for the call.
@@ -1041,39 +1052,49 @@ mod kunit_send_wr {
         assert_eq!(list.copy_inline(&mut dst), Err(kernel::error::code::EFAULT));
     }
 
-    /// A WR without `IB_SEND_INLINE`, or a local operation with it, has no inline data.
+    /// A WR without `IB_SEND_INLINE` has no inline data.
     #[test]
-    fn only_an_inline_data_carrying_wr_has_inline_data() {
+    fn a_wr_without_the_inline_flag_has_no_inline_data() {
         let a = [9u8; 4];
         let mut sges = [sge(&a)];
         let mut bad = core::ptr::null();
         let mut dst = [0u8; 8];
-        for (opcode, flags) in [
-            (b::ib_wr_opcode_IB_WR_SEND, 0),
-            (
-                b::ib_wr_opcode_IB_WR_LOCAL_INV,
-                b::ib_send_flags_IB_SEND_INLINE,
-            ),
-        ] {
-            let wr = wr_over(opcode, flags, &mut sges);
-            let mut list = rc_list(&wr, &mut bad);
-            assert!(list.next_wr().is_ok_and(|w| w.is_some()));
-            assert_eq!(list.copy_inline(&mut dst), Ok(None));
-        }
+        let wr = wr_over(b::ib_wr_opcode_IB_WR_SEND, 0, &mut sges);
+        let mut list = rc_list(&wr, &mut bad);
+        assert!(list.next_wr().is_ok_and(|w| w.is_some()));
+        assert_eq!(list.copy_inline(&mut dst), Ok(None));
         // Nothing copied.
         assert_eq!(dst, [0; 8]);
-        // An RDMA Read's SGEs are where its answer lands: inline makes no sense, and is refused.
-        let wr = wr_over(
-            b::ib_wr_opcode_IB_WR_RDMA_READ,
+    }
+
+    /// Only Sends and Writes carry data to inline: an RDMA Read's SGEs are where its answer
+    /// lands, and a local operation moves no data. Either with `IB_SEND_INLINE` is refused,
+    /// and is the bad WR.
+    #[test]
+    fn inline_on_a_read_or_a_local_operation_is_refused() {
+        let a = [9u8; 8];
+        let mut sges = [sge(&a)];
+        let read = b::ib_rdma_wr {
+            wr: wr_over(
+                b::ib_wr_opcode_IB_WR_RDMA_READ,
+                b::ib_send_flags_IB_SEND_INLINE,
+                &mut sges,
+            ),
+            ..Default::default()
+        };
+        let inv = wr_over(
+            b::ib_wr_opcode_IB_WR_LOCAL_INV,
             b::ib_send_flags_IB_SEND_INLINE,
-            &mut sges,
+            &mut [],
         );
-        {
-            let mut list = rc_list(&wr, &mut bad);
-            assert!(list.next_wr().is_err());
+        for wr in [&read.wr, &inv] {
+            let mut bad = core::ptr::null();
+            {
+                let mut list = rc_list(wr, &mut bad);
+                assert_eq!(list.next_wr().err(), Some(kernel::error::code::EINVAL));
+            }
+            assert!(core::ptr::eq(bad, wr));
         }
-        // The Read is the bad WR.
-        assert!(core::ptr::eq(bad, &wr));
     }
 
     /// A fast registration on a UD QP is an `ib_reg_wr`: its MR pointer, where an `ib_ud_wr`

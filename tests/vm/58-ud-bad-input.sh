@@ -20,6 +20,9 @@
 #   P_Key         a UD QP on P_Key index 1 is refused with EINVAL (the P_Key table of a RoCE
 #                 port has one entry, 0xFFFF; rdma_rxe accepts the index and always sends
 #                 0xFFFF): a wrong P_Key cannot be put on the wire through the verbs.
+# POST_SEND command: a user QP's uverbs POST_SEND command that carries a work request of its own
+#                 (built from user input: an inline Send at address 1) posts nothing and is the
+#                 QP's doorbell, as on rdma_rxe (uverbs_cmd_post.c).
 # rdma_cm: rping connecting to a port nobody listens on gets a REJ (ib_cm's "invalid service
 # ID", reason 8) within seconds, not a timeout: rvrdma answering and rvrdma asking.
 . "$(dirname "$0")/lib.sh"
@@ -32,7 +35,7 @@ main() {
 		skip_all "checks rvrdma against rdma_rxe: needs RVRDMA_LINK_TYPE=rvrdma"
 	fi
 	ktap_print_header
-	ktap_set_plan 48
+	ktap_set_plan 49
 	dut_setup 1
 	pair_up
 	# A static neighbour entry: the AH resolves to a MAC no one on the link has.
@@ -44,6 +47,8 @@ main() {
 	check "rvr1's rdma statistic qkey_violations counts the 4 wrong Q_Keys" counter_is "${DUT}1" qkey_violations 4
 	check "rdma_cm: a connect to a port nobody listens on is rejected at once, rvrdma -> rvrdma" \
 		cm_rejected "$NS_A" 10.77.0.2
+	check "a user QP's POST_SEND command carrying a WR (inline, at address 1) posts nothing: a doorbell" \
+		uverbs_cmd_post "${DUT}0" "$GA"
 
 	rdma link delete "${DUT}1" && link_add rxe1 veth1 rxe || fail_rest "rxe1: $LINK_OUT"
 	wait_for "$RVRDMA_WAIT" has_gid rxe1 10.77.0.2 || fail_rest "rxe1's GID did not appear"
@@ -67,6 +72,13 @@ counter_is() {
 	v=$(link_stat "$1" "$2")
 	echo "$1 $2 = ${v:-missing} (want $3)"
 	[ "$v" = "$3" ]
+}
+
+# uverbs_cmd_post DEV GID_INDEX: the helper of that name (uverbs_cmd_post.c says what it checks).
+uverbs_cmd_post() {
+	local bin=$RVRDMA_TESTS_DIR/uverbs_cmd_post
+	[ -x "$bin" ] || { echo "$bin is not built (scripts/test builds it)"; return 1; }
+	"$bin" "$@"
 }
 
 # cm_rejected NS ADDR: rping in NS connecting to ADDR on a port nobody listens on gets

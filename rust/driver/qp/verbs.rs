@@ -81,7 +81,7 @@ impl QpShared {
     fn post_kernel_send(self: &Arc<Self>, wrs: &mut SendWrList<'_>) -> Result {
         let sig_all = self.sig_all;
         let datagram = matches!(self.qp_type, IbQpType::Ud | IbQpType::Gsi);
-        let max_inline = self.max_inline;
+        let (max_inline, max_send_sge) = (self.max_inline, self.max_send_sge);
         self.post_kernel(|core, inline, out, wanted| {
             while let Some(mut wr) = wrs.next_wr()? {
                 if wr.opcode == SendOpcode::RegMr {
@@ -103,7 +103,11 @@ impl QpShared {
                     wanted.add(&path);
                     wr.set_ud_path(path);
                 }
-                if wr.flags.has(SendFlags::INLINE) && !wr.opcode.is_local() {
+                if wr.flags.has(SendFlags::INLINE) {
+                    // The list is replaced by one naming the copy: check its length first.
+                    if wr.sg.as_slice().len() > max_send_sge {
+                        return Err(EINVAL);
+                    }
                     let slot = core.sq_logic().next_slot();
                     let copy = |dst: &mut [u8]| wrs.copy_inline(dst);
                     if let Some(sge) = kernel_inline::stage(slot, inline, max_inline, copy)? {
