@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 	struct ibv_device **list;
 	struct ibv_context *ctx = NULL;
 	struct ibv_wc wc;
-	char msg[16] = "inline, for real";
+	char msg[] = "inline, for real";
 	int i, n, err;
 
 	if (argc != 3) {
@@ -91,7 +91,7 @@ int main(int argc, char **argv)
 	struct ibv_qp_init_attr qa = {
 		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1,
-			 .max_inline_data = sizeof(msg) },
+			 .max_inline_data = sizeof(msg) - 1 },
 	};
 	struct ibv_qp *qp = cq ? ibv_create_qp(pd, &qa) : NULL;
 
@@ -127,7 +127,7 @@ int main(int argc, char **argv)
 	if (poll_for(cq, &wc, 500))
 		return fail("a completion came for the command's WR: it was posted", EPROTO);
 
-	struct ibv_sge good_sge = { .addr = (uintptr_t)msg, .length = sizeof(msg), .lkey = 0 };
+	struct ibv_sge good_sge = { .addr = (uintptr_t)msg, .length = sizeof(msg) - 1, .lkey = 0 };
 
 	wr.wr_id = GOOD_WR_ID;
 	wr.sg_list = &good_sge;
