@@ -133,6 +133,45 @@ mod tests {
         );
     }
 
+    /// The one-call ICRC of a packet being built equals the header-by-header one, and leaves
+    /// the packet as it was, for IPv4 and IPv6.
+    #[test]
+    fn icrc_in_place_matches_and_restores() {
+        let mut p = packet_v4();
+        let (ip, udp) = split4(&p);
+        let t_end = IPV4_HLEN + UDP_HLEN + TRANSPORT;
+        let want = roce::compute_icrc(
+            icrc::IpHeader::V4(&ip),
+            &udp,
+            &p[IPV4_HLEN + UDP_HLEN..t_end],
+        );
+        let before = p;
+        assert!(want.is_some());
+        assert_eq!(roce::compute_icrc_in_place(&mut p[..t_end], true), want);
+        assert!(p == before);
+
+        let mut p = packet_v6();
+        let mut ip6 = [0u8; IPV6_HLEN];
+        let mut udp6 = [0u8; UDP_HLEN];
+        ip6.copy_from_slice(&p[..IPV6_HLEN]);
+        udp6.copy_from_slice(&p[IPV6_HLEN..IPV6_HLEN + UDP_HLEN]);
+        let t_end = IPV6_HLEN + UDP_HLEN + TRANSPORT;
+        let want = roce::compute_icrc(
+            icrc::IpHeader::V6(&ip6),
+            &udp6,
+            &p[IPV6_HLEN + UDP_HLEN..t_end],
+        );
+        let before = p;
+        assert!(want.is_some());
+        assert_eq!(roce::compute_icrc_in_place(&mut p[..t_end], false), want);
+        assert!(p == before);
+        // Shorter than the IP, UDP and BT headers.
+        assert_eq!(
+            roce::compute_icrc_in_place(&mut p[..IPV6_HLEN + UDP_HLEN + 11], false),
+            None
+        );
+    }
+
     /// An IPv4 packet in an skb with `data` at the IP header parses, fields and transport intact.
     #[test]
     fn parse_roce_ipv4_skb() {

@@ -15,7 +15,7 @@ use super::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
 use super::skb::Skb;
 use super::udp_tunnel::TunnelRef;
 use crate::bindings as b;
-use crate::rvcore::icrc::{self, IpHeader};
+use crate::rvcore::icrc;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU16, Ordering};
 use kernel::prelude::*;
@@ -280,24 +280,9 @@ pub fn build_routed(
 
     // ICRC over the finished headers (the IPv4 identification is covered).
     let data = skb.data_mut();
-    let (hdrs, rest) = data.split_at_mut(ip_hlen + UDP_HLEN);
-    let (ip, udp) = hdrs.split_at(ip_hlen);
-    let udp: &[u8; UDP_HLEN] = udp.try_into().map_err(|_| EINVAL)?;
-    let split = rest.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
-    let (transport, trailer) = rest.split_at_mut(split);
-    let crc = if route.ipv4 {
-        roce::compute_icrc(
-            IpHeader::V4(ip.try_into().map_err(|_| EINVAL)?),
-            udp,
-            transport,
-        )
-    } else {
-        roce::compute_icrc(
-            IpHeader::V6(ip.try_into().map_err(|_| EINVAL)?),
-            udp,
-            transport,
-        )
-    };
+    let split = data.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
+    let (pkt, trailer) = data.split_at_mut(split);
+    let crc = roce::compute_icrc_in_place(pkt, route.ipv4);
     trailer.copy_from_slice(&icrc::to_wire(crc.ok_or(EINVAL)?));
 
     // SAFETY: the skb is ours with no owner yet; the socket is live while `tun` is (it holds a

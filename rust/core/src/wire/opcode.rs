@@ -181,6 +181,19 @@ const fn info_of(t: Transport, op: Operation, pos: Position, flags: u16) -> Opco
     }
 }
 
+/// [`Opcode::info`] of every opcode, at its wire value (every opcode is below 0x80; the other
+/// entries are never read).
+const INFO: [OpcodeInfo; 0x80] = {
+    let mut t = [Opcode::RcSendFirst.compute_info(); 0x80];
+    let mut i = 0;
+    while i < Opcode::ALL.len() {
+        let op = Opcode::ALL[i];
+        t[op as usize] = op.compute_info();
+        i += 1;
+    }
+    t
+};
+
 /// A BTH opcode this implementation understands. The discriminants are the wire values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -361,7 +374,13 @@ impl Opcode {
     }
 
     /// What this opcode dictates: transport, operation, position, extension headers, payload.
+    /// A table lookup: every packet built or parsed asks, several times.
     pub const fn info(self) -> OpcodeInfo {
+        INFO[self as usize]
+    }
+
+    /// [`Opcode::info`] worked out, for the table.
+    const fn compute_info(self) -> OpcodeInfo {
         use Operation as O;
         use Position as P;
         use Transport as T;
