@@ -66,6 +66,19 @@ int rvr_skb_linearize(struct sk_buff *skb)
 	return skb_linearize(skb);
 }
 
+unsigned char *rvr_skb_linear(const struct sk_buff *skb, unsigned int *len)
+{
+	*len = skb_headlen(skb);
+	return skb->data;
+}
+
+unsigned char *rvr_skb_linear_unshared(const struct sk_buff *skb, unsigned int *len)
+{
+	if (skb_cloned(skb))
+		return NULL;
+	return rvr_skb_linear(skb, len);
+}
+
 void rvr_kfree_skb(struct sk_buff *skb)
 {
 	kfree_skb(skb);

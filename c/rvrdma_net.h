@@ -35,6 +35,8 @@ unsigned char *rvr_skb_network_header(const struct sk_buff *skb);
 void rvr_skb_reset_network_header(struct sk_buff *skb);
 void rvr_skb_reset_transport_header(struct sk_buff *skb);
 int rvr_skb_linearize(struct sk_buff *skb);
+unsigned char *rvr_skb_linear(const struct sk_buff *skb, unsigned int *len);
+unsigned char *rvr_skb_linear_unshared(const struct sk_buff *skb, unsigned int *len);
 void rvr_kfree_skb(struct sk_buff *skb);
 struct sk_buff *rvr_alloc_skb(unsigned int size);
 void rvr_skb_reserve(struct sk_buff *skb, int len);

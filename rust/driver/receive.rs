@@ -13,12 +13,13 @@ use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
 use super::qp::QpShared;
-use crate::net::roce::{RoceRx, UDP_HLEN};
+use crate::net::roce::{IcrcAt, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
 use crate::rvcore::wire::bth::{RawBth, MULTICAST_QPN};
 use crate::rvcore::wire::{DecodeError, Headers};
+use core::ops::Range;
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
 
@@ -42,47 +43,69 @@ impl RxListener for DevShared {
     }
 }
 
-/// A received packet's headers, parsed; its ICRC is checked by [`Inbound::icrc_ok`].
-struct Inbound<'a> {
-    rx: RoceRx<'a>,
+/// A received packet's headers, parsed, with nothing borrowed from its skb (so that the ICRC
+/// check, [`Inbound::icrc_ok`], may mask the packet's headers in place); the payload is
+/// [`Inbound::payload`]. Offsets are into the data of the skb parsed, which stays at the IP
+/// header (nothing after [`inbound`] pulls or pushes it).
+struct Inbound {
     /// The port it arrived for (1-based).
     port: u8,
     /// Whether it arrived on the port's own netdev (not over a loopback device).
     direct: bool,
-    decoded: Result<(Headers, &'a [u8]), DecodeError>,
+    /// The transport headers, and where the payload lies in the skb's data.
+    decoded: Result<(Headers, Range<usize>), DecodeError>,
     /// The BTH of an opcode the decoder does not know.
     raw: Option<RawBth>,
     dest_qp: u32,
+    /// Where the ICRC lies.
+    icrc: IcrcAt,
+    /// Bytes of the IP header (at the start of the skb's data).
+    ip_hlen: usize,
+    /// The IP source, as a GID.
+    src_gid: [u8; 16],
+    /// The IP destination (the group, for DestQP 0xFFFFFF).
+    dst_gid: [u8; 16],
+    /// Bytes of the whole IP packet, as `sent_bytes` and rdma_rxe count them.
+    ip_len: usize,
 }
 
-impl Inbound<'_> {
-    fn icrc_ok(&self, c: &Counters) -> bool {
-        let ok = self.rx.icrc_ok();
+impl Inbound {
+    fn icrc_ok(&self, skb: &mut Skb, c: &Counters) -> bool {
+        let ok = skb.icrc_ok(&self.icrc);
         if !ok {
             Counters::inc(&c.icrc_errors);
         }
         ok
     }
 
-    fn path_match(&self) -> PathMatch {
+    /// The path it arrived on (`data`: the data of the skb parsed). Worked out only for a
+    /// packet handled here: a queued one is parsed again where it is handled.
+    fn path_match(&self, data: &[u8]) -> PathMatch {
+        let ip = data.get(..self.ip_hlen).unwrap_or(&[]);
         PathMatch {
             port_num: self.port,
-            sgid: self.rx.src_gid,
-            dgid: self.rx.dst_gid,
-            net: NetHeader::from_ip_header(self.rx.ip_header).unwrap_or_default(),
+            sgid: self.src_gid,
+            dgid: self.dst_gid,
+            net: NetHeader::from_ip_header(ip).unwrap_or_default(),
         }
     }
 
-    /// Bytes count whole IP packets, as `sent_bytes` and rdma_rxe count them.
-    fn ip_len(&self) -> usize {
-        self.rx.ip_header.len() + UDP_HLEN + self.rx.udp_payload.len()
+    /// The decoded headers and the payload, in `data` (the data of the skb parsed).
+    fn payload<'a>(&self, data: &'a [u8]) -> Result<(&Headers, &'a [u8]), DecodeError> {
+        match &self.decoded {
+            Ok((h, range)) => data
+                .get(range.clone())
+                .map(|p| (h, p))
+                .ok_or(DecodeError::Truncated),
+            Err(e) => Err(*e),
+        }
     }
 }
 
 /// Parses a packet's IP, UDP and transport headers, without the ICRC. With `direct_only`, only
 /// a packet that arrived on a port's netdev is taken (the check then needs no RCU read side).
 /// What is not for a port, or malformed, is counted and `None`.
-fn inbound<'a>(dev: &DevShared, skb: &'a mut Skb, direct_only: bool) -> Option<Inbound<'a>> {
+fn inbound(dev: &DevShared, skb: &mut Skb, direct_only: bool) -> Option<Inbound> {
     let c = &dev.counters;
     let on_port = |direct: bool| {
         dev.ports.iter().position(|p| {
@@ -109,7 +132,9 @@ fn inbound<'a>(dev: &DevShared, skb: &'a mut Skb, direct_only: bool) -> Option<I
             return None;
         }
     };
-    let decoded = Headers::decode_with_payload(rx.udp_payload);
+    // The payload's place in the skb's data, which starts at the IP header.
+    let base = rx.ip_header.len() + UDP_HLEN;
+    let decoded = Headers::decode(rx.udp_payload).map(|(h, r)| (h, r.start + base..r.end + base));
     // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
     // reserved RC opcode with an Invalid Request NAK, seed 001); anything else is malformed.
     let raw = match decoded {
@@ -130,12 +155,16 @@ fn inbound<'a>(dev: &DevShared, skb: &'a mut Skb, direct_only: bool) -> Option<I
         }
     };
     Some(Inbound {
-        rx,
         port,
         direct,
         decoded,
         raw,
         dest_qp,
+        icrc: rx.icrc_at(),
+        ip_hlen: rx.ip_header.len(),
+        src_gid: rx.src_gid,
+        dst_gid: rx.dst_gid,
+        ip_len: rx.ip_header.len() + UDP_HLEN + rx.udp_payload.len(),
     })
 }
 
@@ -144,52 +173,42 @@ fn inbound<'a>(dev: &DevShared, skb: &'a mut Skb, direct_only: bool) -> Option<I
 /// checks it before anything acts on it ([`queued`]).
 pub fn packet(dev: &DevShared, mut skb: Skb) {
     let burst = skb.more_follow();
-    let queue_to = {
-        let Some(p) = inbound(dev, &mut skb, false) else {
-            return;
-        };
-        let qp = match p.dest_qp {
-            MULTICAST_QPN => None,
-            qpn => dev.qp(qpn, p.port),
-        };
-        match (qp, &p.decoded) {
-            (Some(qp), Ok((h, payload))) if p.direct => match qp.queues_rx(h, payload, burst) {
-                Some(to) => Some((qp, to)),
-                None => {
-                    deliver(dev, p, Some(qp));
-                    None
-                }
-            },
-            (qp, _) => {
-                deliver(dev, p, qp);
-                None
-            }
-        }
+    let Some(p) = inbound(dev, &mut skb, false) else {
+        return;
     };
-    if let Some((qp, to)) = queue_to {
-        qp.queue_rx(skb, to);
+    let qp = match p.dest_qp {
+        MULTICAST_QPN => None,
+        qpn => dev.qp(qpn, p.port),
+    };
+    let to = match (&qp, p.payload(skb.data())) {
+        (Some(qp), Ok((h, payload))) if p.direct => qp.queues_rx(h, payload, burst),
+        _ => None,
+    };
+    match (qp, to) {
+        (Some(qp), Some(to)) => qp.queue_rx(skb, to),
+        (qp, _) => deliver(dev, p, &mut skb, qp),
     }
 }
 
 /// Handles a packet at once: checks its ICRC and hands it to its QP (or multicast group).
-fn deliver(dev: &DevShared, p: Inbound<'_>, qp: Option<Arc<QpShared>>) {
+fn deliver(dev: &DevShared, p: Inbound, skb: &mut Skb, qp: Option<Arc<QpShared>>) {
     let c = &dev.counters;
-    if !p.icrc_ok(c) {
+    if !p.icrc_ok(skb, c) {
         return;
     }
-    let pm = p.path_match();
-    let ip_len = p.ip_len();
+    let data = skb.data();
+    let pm = p.path_match(data);
     if p.dest_qp == MULTICAST_QPN {
-        multicast(dev, p.port, &p.rx.dst_gid, p.decoded, &pm, ip_len);
+        multicast(dev, p.port, &p.dst_gid, p.payload(data), &pm, p.ip_len);
         return;
     }
     let Some(qp) = qp else {
         Counters::inc(&c.rx_no_qp);
         return;
     };
-    count_rcvd(c, ip_len);
-    match (p.decoded, p.raw) {
-        (Ok((h, payload)), _) => qp.receive(&h, payload, &pm),
+    count_rcvd(c, p.ip_len);
+    match (p.payload(data), p.raw) {
+        (Ok((h, payload)), _) => qp.receive(h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
         (Err(_), None) => {}
     }
@@ -204,13 +223,14 @@ pub(crate) fn queued<'a>(
 ) -> Option<(Headers, &'a [u8], PathMatch)> {
     let c = &dev.counters;
     let p = inbound(dev, skb, true)?;
-    if !p.icrc_ok(c) {
+    if !p.icrc_ok(skb, c) {
         return None;
     }
-    let pm = p.path_match();
-    count_rcvd(c, p.ip_len());
-    match p.decoded {
-        Ok((h, payload)) => Some((h, payload, pm)),
+    count_rcvd(c, p.ip_len);
+    let data = skb.data();
+    let pm = p.path_match(data);
+    match p.payload(data) {
+        Ok((h, payload)) => Some((*h, payload, pm)),
         Err(_) => {
             Counters::inc(&c.rx_malformed);
             None
@@ -230,7 +250,7 @@ fn multicast(
     dev: &DevShared,
     port: u8,
     group: &[u8; 16],
-    decoded: Result<(Headers, &[u8]), DecodeError>,
+    decoded: Result<(&Headers, &[u8]), DecodeError>,
     pm: &PathMatch,
     len: usize,
 ) {
@@ -248,7 +268,7 @@ fn multicast(
     count_rcvd(c, len);
     for &qpn in &qpns[..n] {
         if let Some(qp) = dev.qp(qpn, port) {
-            qp.receive(&h, payload, pm);
+            qp.receive(h, payload, pm);
         }
     }
 }

@@ -249,6 +249,46 @@ mod tests {
         assert!(roce::parse_ip_packet(&padded).is_ok());
     }
 
+    /// A received skb's ICRC, checked where `parse_roce_headers` found it: in place (the skb's
+    /// bytes as they were after) and from the bytes as they are, for IPv4 and IPv6 with link
+    /// padding; masked fields may change, a covered byte may not.
+    #[test]
+    fn skb_icrc_in_place() {
+        let mut v4 = [0u8; V4_LEN + 6];
+        v4[..V4_LEN].copy_from_slice(&packet_v4());
+        let v6 = packet_v6();
+        let mut masked = v4;
+        masked[8] = 3; // TTL
+        let mut masked6 = v6;
+        masked6[7] = 9; // hop limit
+        masked6[3] ^= 0x5a; // flow label
+        let mut covered = v4;
+        covered[IPV4_HLEN + UDP_HLEN + TRANSPORT - 1] ^= 0x10; // the payload's last byte
+        let mut covered6 = v6;
+        covered6[IPV6_HLEN + UDP_HLEN + 11] ^= 1; // PSN
+        for (pkt, want) in [
+            (&v4[..], true),
+            (&v6[..], true),
+            (&masked[..], true),
+            (&masked6[..], true),
+            (&covered[..], false),
+            (&covered6[..], false),
+        ] {
+            let Ok(mut skb) = Skb::from_ip_packet(pkt) else {
+                panic!("alloc");
+            };
+            // Not shared: the check below runs in place.
+            assert!(skb.data_mut().is_some());
+            let at = match skb.parse_roce_headers() {
+                Ok(rx) => rx.icrc_at(),
+                Err(_) => panic!("parse"),
+            };
+            assert_eq!(at.check(skb.data()), want);
+            assert_eq!(skb.icrc_ok(&at), want);
+            assert!(skb.data() == pkt);
+        }
+    }
+
     /// IPv4-mapped GIDs round-trip; other GIDs are IPv6.
     #[test]
     fn ipv4_mapped_gids() {

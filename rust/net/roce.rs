@@ -57,6 +57,58 @@ impl RoceRx<'_> {
     pub fn icrc_ok(&self) -> bool {
         compute_icrc(self.ip, self.udp, self.transport) == Some(self.icrc)
     }
+
+    /// Where the packet's ICRC lies, and what it says: to check it once the packet is no
+    /// longer borrowed ([`IcrcAt::check_in_place`]).
+    pub fn icrc_at(&self) -> IcrcAt {
+        IcrcAt {
+            ipv4: self.ipv4,
+            at: self.ip_header.len() + UDP_HLEN + self.transport.len(),
+            icrc: self.icrc,
+        }
+    }
+}
+
+/// The place and value of a parsed packet's ICRC ([`RoceRx::icrc_at`]), in the buffer that
+/// starts at its IP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcrcAt {
+    ipv4: bool,
+    /// Offset of the ICRC from the IP header: the IP, UDP and transport headers and payload
+    /// come before it.
+    at: usize,
+    icrc: u32,
+}
+
+impl IcrcAt {
+    /// Whether the ICRC of the packet in `pkt` is right (the headers masked in copies).
+    pub fn check(&self, pkt: &[u8]) -> bool {
+        let ip_hlen = if self.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
+        let ip = if self.ipv4 {
+            pkt.get(..IPV4_HLEN)
+                .and_then(|h| h.try_into().ok())
+                .map(IpHeader::V4)
+        } else {
+            pkt.get(..IPV6_HLEN)
+                .and_then(|h| h.try_into().ok())
+                .map(IpHeader::V6)
+        };
+        let udp = pkt
+            .get(ip_hlen..ip_hlen + UDP_HLEN)
+            .and_then(|u| u.try_into().ok());
+        match (ip, udp, pkt.get(ip_hlen + UDP_HLEN..self.at)) {
+            (Some(ip), Some(udp), Some(t)) => compute_icrc(ip, udp, t) == Some(self.icrc),
+            _ => false,
+        }
+    }
+
+    /// [`IcrcAt::check`] in one `crc32_le` call ([`compute_icrc_in_place`]); `pkt` is as it
+    /// was after.
+    pub fn check_in_place(&self, pkt: &mut [u8]) -> bool {
+        pkt.get_mut(..self.at)
+            .and_then(|p| compute_icrc_in_place(p, self.ipv4))
+            == Some(self.icrc)
+    }
 }
 
 /// Why a received packet was not accepted.
@@ -71,8 +123,9 @@ pub enum RoceRxError {
 }
 
 /// The ICRC of a RoCEv2 packet (IBA A17.3.3), with the arch-accelerated `crc32_le`: the masked
-/// IP, UDP and BTH headers in one buffer (one call: on x86 each call of 16 bytes or more saves
-/// and restores the FPU state), then the rest of `transport` (BTH up to, excluding, the ICRC). `None` when `transport` is shorter than a BTH.
+/// IP, UDP and BTH headers in one buffer (one call: on x86 a call of 16 bytes or more runs in
+/// an FPU section of its own), then the rest of `transport` (BTH up to, excluding, the ICRC).
+/// `None` when `transport` is shorter than a BTH.
 pub fn compute_icrc(ip: icrc::IpHeader<'_>, udp: &[u8; UDP_HLEN], transport: &[u8]) -> Option<u32> {
     let bth: &[u8; icrc::BTH_LEN] = transport.get(..icrc::BTH_LEN)?.try_into().ok()?;
     let prefix = icrc::MaskedPrefix::new(ip, udp, bth);
@@ -81,32 +134,14 @@ pub fn compute_icrc(ip: icrc::IpHeader<'_>, udp: &[u8; UDP_HLEN], transport: &[u
     Some(!s)
 }
 
-/// [`compute_icrc`] of a packet being built, laid out in one buffer from its IP header up to
-/// (excluding) the ICRC: one `crc32_le` call over the whole of it, with the fields the ICRC
-/// masks set to all ones for the call and put back after. `None` when `pkt` is shorter than
-/// the IP, UDP and BT headers.
+/// [`compute_icrc`] of a packet laid out in one writable buffer from its IP header up to
+/// (excluding) the ICRC: one `crc32_le` call over the whole of it, with the bits the ICRC
+/// masks set to ones for the call and put back after. `None` (`pkt` untouched) when `pkt` is
+/// shorter than the IP, UDP and BT headers.
 pub fn compute_icrc_in_place(pkt: &mut [u8], ipv4: bool) -> Option<u32> {
-    let ip_hlen = if ipv4 { IPV4_HLEN } else { IPV6_HLEN };
-    let n = ip_hlen + UDP_HLEN + icrc::BTH_LEN;
-    let mut saved = [0u8; IPV6_HLEN + UDP_HLEN + icrc::BTH_LEN];
-    let saved = saved.get_mut(..n)?;
-    saved.copy_from_slice(pkt.get(..n)?);
-    let (ip, rest) = saved.split_at(ip_hlen);
-    let (udp, bth) = rest.split_at(UDP_HLEN);
-    let ip = if ipv4 {
-        icrc::IpHeader::V4(ip.try_into().ok()?)
-    } else {
-        icrc::IpHeader::V6(ip.try_into().ok()?)
-    };
-    let prefix = icrc::MaskedPrefix::new(ip, udp.try_into().ok()?, bth.try_into().ok()?);
-    // Byte by byte (no length to mismatch): both are `n` long.
-    for (d, m) in pkt.iter_mut().zip(prefix.as_bytes()) {
-        *d = *m;
-    }
+    let unmask = icrc::mask_in_place(pkt, ipv4)?;
     let crc = crc32_le(icrc::ICRC_SEED, pkt);
-    for (d, o) in pkt.iter_mut().zip(saved.iter()) {
-        *d = *o;
-    }
+    unmask.restore(pkt);
     Some(!crc)
 }
 
@@ -122,7 +157,7 @@ pub fn parse_ip_packet(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
 }
 
 /// [`parse_ip_packet`] without the ICRC check, for a packet whose check happens later (on
-/// another CPU, before anything acts on it): [`RoceRx::icrc_ok`].
+/// another CPU, before anything acts on it): [`RoceRx::icrc_at`] says where the ICRC is.
 pub fn parse_ip_headers(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
     let p = ip_udp::parse(pkt).map_err(RoceRxError::Malformed)?;
     Ok(RoceRx {

@@ -3,7 +3,7 @@
 //! Owned socket buffers (`struct sk_buff`) and irq-safe queues of them (`struct sk_buff_head`).
 
 use super::netdev::NetDev;
-use super::roce::{self, RoceRx, RoceRxError};
+use super::roce::{self, IcrcAt, RoceRx, RoceRxError};
 use crate::bindings as b;
 use core::ptr::NonNull;
 use kernel::{prelude::*, types::Opaque};
@@ -86,22 +86,29 @@ impl Skb {
     /// The linear bytes from `skb->data` (`skb_headlen`; the whole packet after
     /// [`Skb::linearize`]).
     pub fn data(&self) -> &[u8] {
+        let mut len = 0u32;
         // SAFETY: the skb is live; `data .. data + headlen` is its linear area, which does not
         // change while we borrow the skb (every mutation takes `&mut self`).
         unsafe {
-            let p = b::rvr_skb_data(self.as_raw());
-            core::slice::from_raw_parts(p, b::rvr_skb_headlen(self.as_raw()) as usize)
+            let p = b::rvr_skb_linear(self.as_raw(), &mut len);
+            core::slice::from_raw_parts(p, len as usize)
         }
     }
 
-    /// The linear bytes from `skb->data`, writable.
-    pub(crate) fn data_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `data`, and `&mut self` makes the access exclusive; a skb we allocated
-        // is not shared (not cloned), so writing its data is allowed.
-        unsafe {
-            let p = b::rvr_skb_data(self.as_raw());
-            core::slice::from_raw_parts_mut(p, b::rvr_skb_headlen(self.as_raw()) as usize)
+    /// The linear bytes from `skb->data`, writable; `None` when a clone shares them (a packet
+    /// tap's copy of a received packet, say), which may be reading them on another CPU.
+    pub(crate) fn data_mut(&mut self) -> Option<&mut [u8]> {
+        let mut len = 0u32;
+        // SAFETY: the skb is live.
+        let p = unsafe { b::rvr_skb_linear_unshared(self.as_raw(), &mut len) };
+        if p.is_null() {
+            return None;
         }
+        // SAFETY: as in `data`, and `&mut self` makes the access exclusive: no clone shares the
+        // data (the helper returns NULL otherwise), and no one else holds the skb itself (a skb
+        // we allocated is ours alone; the IP layer unshares a received one, `skb_share_check`),
+        // so nothing else reads or writes the bytes meanwhile.
+        Some(unsafe { core::slice::from_raw_parts_mut(p, len as usize) })
     }
 
     /// Lets go of what ties a received skb to the receive path's RCU read side (a route held
@@ -231,11 +238,21 @@ impl Skb {
         roce::parse_ip_packet(self.data())
     }
 
-    /// [`Skb::parse_roce`] without the ICRC check ([`RoceRx::icrc_ok`] does it later).
+    /// [`Skb::parse_roce`] without the ICRC check ([`Skb::icrc_ok`] does it later).
     pub fn parse_roce_headers(&mut self) -> Result<RoceRx<'_>, RoceRxError> {
         self.linearize().map_err(RoceRxError::Skb)?;
         self.push_to_network_header().map_err(RoceRxError::Skb)?;
         roce::parse_ip_headers(self.data())
+    }
+
+    /// Whether the ICRC of a packet [`Skb::parse_roce_headers`] parsed (`at`: where it lies) is
+    /// right: in one `crc32_le` call over the packet, masked in place, unless a clone shares
+    /// the data.
+    pub fn icrc_ok(&mut self, at: &IcrcAt) -> bool {
+        match self.data_mut() {
+            Some(pkt) => at.check_in_place(pkt),
+            None => at.check(self.data()),
+        }
     }
 }
 

@@ -279,7 +279,7 @@ pub fn build_routed(
     skb.reset_network_header();
 
     // ICRC over the finished headers (the IPv4 identification is covered).
-    let data = skb.data_mut();
+    let data = skb.data_mut().ok_or(EINVAL)?;
     let split = data.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
     let (pkt, trailer) = data.split_at_mut(split);
     let crc = roce::compute_icrc_in_place(pkt, route.ipv4);
@@ -485,7 +485,8 @@ impl Burst {
             // The UDP length covers every packet until the split gives each its own (the first
             // gets 8 + `first`).
             let total = u16::try_from(self.head.len() - l).unwrap_or(u16::MAX);
-            if let Some(len) = self.head.data_mut().get_mut(l + 4..l + 6) {
+            // Never `None`: the head was built here and no clone of it exists yet.
+            if let Some(len) = self.head.data_mut().and_then(|d| d.get_mut(l + 4..l + 6)) {
                 len.copy_from_slice(&total.to_be_bytes());
             }
             // SAFETY: the skb is ours, its fragment list holds `packets - 1` packets, and the

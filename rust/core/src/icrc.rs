@@ -251,6 +251,76 @@ impl MaskedPrefix {
     }
 }
 
+/// The bytes the ICRC masks in a packet laid out from its IP header, for IPv4: each byte's
+/// offset and the bits set to one (the IPv4 TOS, TTL and header checksum, the UDP checksum,
+/// BTH byte 4), as [`mask_ipv4`], [`mask_udp`] and [`mask_bth`] do.
+const MASKED_V4: [(usize, u8); 7] = [
+    (1, 0xFF),
+    (8, 0xFF),
+    (10, 0xFF),
+    (11, 0xFF),
+    (IPV4_HEADER_LEN + 6, 0xFF),
+    (IPV4_HEADER_LEN + 7, 0xFF),
+    (IPV4_HEADER_LEN + UDP_HEADER_LEN + 4, 0xFF),
+];
+
+/// [`MASKED_V4`] for IPv6 (traffic class, flow label, hop limit), as [`mask_ipv6`] does. The
+/// longer list: [`Unmask`] keeps as many bytes.
+const MASKED_V6: [(usize, u8); 8] = [
+    (0, 0x0F),
+    (1, 0xFF),
+    (2, 0xFF),
+    (3, 0xFF),
+    (7, 0xFF),
+    (IPV6_HEADER_LEN + 6, 0xFF),
+    (IPV6_HEADER_LEN + 7, 0xFF),
+    (IPV6_HEADER_LEN + UDP_HEADER_LEN + 4, 0xFF),
+];
+
+/// The original values of the bytes [`mask_in_place`] masked, to put back with
+/// [`Unmask::restore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "the packet stays masked until restored"]
+pub struct Unmask {
+    saved: [u8; MASKED_V6.len()],
+    ipv4: bool,
+}
+
+/// Masks, in `pkt` (a packet from its IP header, at least the IP, UDP and BT headers long),
+/// the bytes the ICRC does not cover, so that one CRC pass over `pkt` from [`ICRC_SEED`]
+/// computes it; `None` (nothing changed) when `pkt` is too short.
+pub fn mask_in_place(pkt: &mut [u8], ipv4: bool) -> Option<Unmask> {
+    let ip_len = if ipv4 {
+        IPV4_HEADER_LEN
+    } else {
+        IPV6_HEADER_LEN
+    };
+    if pkt.len() < ip_len + UDP_HEADER_LEN + BTH_LEN {
+        return None;
+    }
+    let masked: &[(usize, u8)] = if ipv4 { &MASKED_V4 } else { &MASKED_V6 };
+    let mut saved = [0u8; MASKED_V6.len()];
+    for ((at, bits), keep) in masked.iter().zip(saved.iter_mut()) {
+        if let Some(b) = pkt.get_mut(*at) {
+            *keep = *b;
+            *b |= bits;
+        }
+    }
+    Some(Unmask { saved, ipv4 })
+}
+
+impl Unmask {
+    /// Puts back the bytes [`mask_in_place`] masked in `pkt`.
+    pub fn restore(self, pkt: &mut [u8]) {
+        let masked: &[(usize, u8)] = if self.ipv4 { &MASKED_V4 } else { &MASKED_V6 };
+        for ((at, _), keep) in masked.iter().zip(self.saved.iter()) {
+            if let Some(b) = pkt.get_mut(*at) {
+                *b = *keep;
+            }
+        }
+    }
+}
+
 /// Computes the ICRC of a packet held in contiguous buffers: `ip` and `udp` headers and
 /// `transport`, the bytes from the first byte of the BTH up to (not including) the ICRC.
 /// `None` when `transport` is shorter than a BTH.
@@ -415,6 +485,42 @@ mod tests {
         let mut d = Icrc::new();
         d.update(v6.as_bytes());
         assert_eq!(c, d);
+    }
+
+    #[test]
+    fn mask_in_place_masks_what_the_masked_prefix_masks_and_restores() {
+        for ipv4 in [true, false] {
+            let ip_len = if ipv4 {
+                IPV4_HEADER_LEN
+            } else {
+                IPV6_HEADER_LEN
+            };
+            let n = ip_len + UDP_HEADER_LEN + BTH_LEN;
+            // Every byte value somewhere, and the bits the masks set both clear and set.
+            for fill in [0x00u8, 0x5A, 0xFF] {
+                let pkt: Vec<u8> = (0..n + 9)
+                    .map(|i| (i as u8).wrapping_mul(37) ^ fill)
+                    .collect();
+                let ip = &pkt[..ip_len];
+                let ip = if ipv4 {
+                    IpHeader::V4(ip.try_into().unwrap())
+                } else {
+                    IpHeader::V6(ip.try_into().unwrap())
+                };
+                let udp: [u8; UDP_HEADER_LEN] = pkt[ip_len..ip_len + 8].try_into().unwrap();
+                let bth: [u8; BTH_LEN] = pkt[ip_len + 8..n].try_into().unwrap();
+                let want = MaskedPrefix::new(ip, &udp, &bth);
+                let mut m = pkt.clone();
+                let u = mask_in_place(&mut m, ipv4).unwrap();
+                assert_eq!(&m[..n], want.as_bytes());
+                assert_eq!(&m[n..], &pkt[n..]);
+                u.restore(&mut m);
+                assert_eq!(m, pkt);
+            }
+            let mut short = std::vec![0u8; n - 1];
+            assert!(mask_in_place(&mut short, ipv4).is_none());
+            assert!(short.iter().all(|b| *b == 0));
+        }
     }
 
     #[test]

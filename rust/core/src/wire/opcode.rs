@@ -539,6 +539,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_info_table_holds_each_opcodes_facts() {
+        for op in Opcode::ALL {
+            assert_eq!(op.info(), op.compute_info(), "{op:?}");
+        }
+    }
+
+    #[test]
     fn wire_values_match_ib_pack_h() {
         assert_eq!(Opcode::RcSendFirst as u8, 0x00);
         assert_eq!(Opcode::RcAcknowledge as u8, 0x11);
