@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=1000 rps=0 only= ab=0 rounds=1 switch=rx_spread
+size=65536 bw_iters=2000 lat_iters=20000 rps=0 only= ab=0 rounds=1 switch=rx_spread
 while getopts s:n:rl:ak:w: o; do
 	case $o in
 	a) ab=1 ;;
