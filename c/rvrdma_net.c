@@ -11,24 +11,9 @@ unsigned char *rvr_skb_data(const struct sk_buff *skb)
 	return skb->data;
 }
 
-unsigned int rvr_skb_len(const struct sk_buff *skb)
-{
-	return skb->len;
-}
-
 unsigned int rvr_skb_headlen(const struct sk_buff *skb)
 {
 	return skb_headlen(skb);
-}
-
-unsigned int rvr_skb_headroom(const struct sk_buff *skb)
-{
-	return skb_headroom(skb);
-}
-
-int rvr_skb_tailroom(const struct sk_buff *skb)
-{
-	return skb_tailroom(skb);
 }
 
 struct net_device *rvr_skb_dev(const struct sk_buff *skb)
@@ -66,17 +51,12 @@ int rvr_skb_linearize(struct sk_buff *skb)
 	return skb_linearize(skb);
 }
 
-unsigned char *rvr_skb_linear(const struct sk_buff *skb, unsigned int *len)
-{
-	*len = skb_headlen(skb);
-	return skb->data;
-}
-
 unsigned char *rvr_skb_linear_unshared(const struct sk_buff *skb, unsigned int *len)
 {
 	if (skb_cloned(skb))
 		return NULL;
-	return rvr_skb_linear(skb, len);
+	*len = skb_headlen(skb);
+	return skb->data;
 }
 
 void rvr_kfree_skb(struct sk_buff *skb)
@@ -94,20 +74,15 @@ void rvr_skb_reserve(struct sk_buff *skb, int len)
 	skb_reserve(skb, len);
 }
 
-void rvr_skb_set_dev_proto(struct sk_buff *skb, struct net_device *ndev, __be16 proto)
+void rvr_skb_tx_prepare(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
+			struct dst_entry *dst)
 {
 	skb->dev = ndev;
 	skb->protocol = proto;
-}
-
-void rvr_skb_clear_hash(struct sk_buff *skb)
-{
+	skb_scrub_packet(skb, false);
 	skb_clear_hash(skb);
-}
-
-void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst)
-{
 	skb_dst_set(skb, dst);
+	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
 }
 
 /* A received skb kept past the receive path's RCU section: its route may be held without a
@@ -118,19 +93,9 @@ void rvr_skb_detach(struct sk_buff *skb)
 	nf_reset_ct(skb);
 }
 
-void rvr_skb_clear_ipcb(struct sk_buff *skb)
-{
-	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
-}
-
 void rvr_skb_queue_head_init(struct sk_buff_head *q)
 {
 	skb_queue_head_init(q);
-}
-
-u32 rvr_skb_queue_len(const struct sk_buff_head *q)
-{
-	return skb_queue_len_lockless(q);
 }
 
 void rvr_skb_queue_purge(struct sk_buff_head *q)
@@ -273,11 +238,6 @@ bool rvr_skb_out_unqueued(const struct sk_buff *skb)
 		unqueued = !rcu_dereference(netdev_get_tx_queue(dev, i)->qdisc)->enqueue;
 	rcu_read_unlock();
 	return unqueued;
-}
-
-struct sk_buff *rvr_skb_next(const struct sk_buff *skb)
-{
-	return skb->next;
 }
 
 /* @skb joins the fragment list of @head, which has the same owner socket: @skb's memory stays

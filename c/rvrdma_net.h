@@ -24,10 +24,7 @@
 
 /* skb accessors */
 unsigned char *rvr_skb_data(const struct sk_buff *skb);
-unsigned int rvr_skb_len(const struct sk_buff *skb);
 unsigned int rvr_skb_headlen(const struct sk_buff *skb);
-unsigned int rvr_skb_headroom(const struct sk_buff *skb);
-int rvr_skb_tailroom(const struct sk_buff *skb);
 struct net_device *rvr_skb_dev(const struct sk_buff *skb);
 struct sock *rvr_skb_sk(const struct sk_buff *skb);
 __be16 rvr_skb_protocol(const struct sk_buff *skb);
@@ -35,19 +32,15 @@ unsigned char *rvr_skb_network_header(const struct sk_buff *skb);
 void rvr_skb_reset_network_header(struct sk_buff *skb);
 void rvr_skb_reset_transport_header(struct sk_buff *skb);
 int rvr_skb_linearize(struct sk_buff *skb);
-unsigned char *rvr_skb_linear(const struct sk_buff *skb, unsigned int *len);
 unsigned char *rvr_skb_linear_unshared(const struct sk_buff *skb, unsigned int *len);
 void rvr_kfree_skb(struct sk_buff *skb);
 struct sk_buff *rvr_alloc_skb(unsigned int size);
 void rvr_skb_reserve(struct sk_buff *skb, int len);
-void rvr_skb_set_dev_proto(struct sk_buff *skb, struct net_device *ndev, __be16 proto);
-void rvr_skb_clear_hash(struct sk_buff *skb);
-void rvr_skb_dst_set(struct sk_buff *skb, struct dst_entry *dst);
-void rvr_skb_clear_ipcb(struct sk_buff *skb);
+void rvr_skb_tx_prepare(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
+			struct dst_entry *dst);
 void rvr_skb_detach(struct sk_buff *skb);
 struct dst_entry *rvr_skb_dst(const struct sk_buff *skb);
 bool rvr_skb_out_unqueued(const struct sk_buff *skb);
-struct sk_buff *rvr_skb_next(const struct sk_buff *skb);
 
 /* UDP GSO with a fragment list (SKB_GSO_FRAGLIST): each segment a complete packet of its own */
 void rvr_skb_pass_owner(struct sk_buff *head, struct sk_buff *skb);
@@ -56,7 +49,6 @@ void rvr_skb_set_udp_gso_list(struct sk_buff *skb, unsigned int gso_size, unsign
 
 /* skb queues */
 void rvr_skb_queue_head_init(struct sk_buff_head *q);
-u32 rvr_skb_queue_len(const struct sk_buff_head *q);
 void rvr_skb_queue_purge(struct sk_buff_head *q);
 
 /* net devices, namespaces, sockets */

@@ -66,10 +66,23 @@ impl Skb {
         unsafe { b::consume_skb(self.into_raw()) };
     }
 
+    /// The skb's fields, for the accessors that only read them: plain field reads in Rust
+    /// rather than a call into C for each (several a packet).
+    fn fields(&self) -> &b::sk_buff {
+        // SAFETY: the skb is live and exclusively ours (type invariant); its fields change only
+        // through `&mut self` methods, so none changes while this borrow lasts.
+        unsafe { self.0.as_ref() }
+    }
+
     /// The number of bytes from `skb->data` to the end of the packet (`skb->len`).
     pub fn len(&self) -> usize {
-        // SAFETY: the skb is live (type invariant).
-        unsafe { b::rvr_skb_len(self.as_raw()) as usize }
+        self.fields().len as usize
+    }
+
+    /// The length of the linear part from `skb->data` (`skb_headlen`).
+    fn headlen(&self) -> usize {
+        let f = self.fields();
+        f.len.saturating_sub(f.data_len) as usize
     }
 
     /// Whether the skb holds no bytes after `skb->data`.
@@ -86,13 +99,9 @@ impl Skb {
     /// The linear bytes from `skb->data` (`skb_headlen`; the whole packet after
     /// [`Skb::linearize`]).
     pub fn data(&self) -> &[u8] {
-        let mut len = 0u32;
         // SAFETY: the skb is live; `data .. data + headlen` is its linear area, which does not
         // change while we borrow the skb (every mutation takes `&mut self`).
-        unsafe {
-            let p = b::rvr_skb_linear(self.as_raw(), &mut len);
-            core::slice::from_raw_parts(p, len as usize)
-        }
+        unsafe { core::slice::from_raw_parts(self.fields().data, self.headlen()) }
     }
 
     /// The linear bytes from `skb->data`, writable; `None` when a clone shares them (a packet
@@ -122,14 +131,25 @@ impl Skb {
     /// packet and hands the pieces to the encapsulation hook in turn, each still linked to the
     /// next (`skb->next`; a packet received alone is on no list).
     pub fn more_follow(&self) -> bool {
-        // SAFETY: the skb is live; the helper only reads a field.
-        !unsafe { b::rvr_skb_next(self.as_raw()) }.is_null()
+        // SAFETY: `skb->next` shares a union with the red-black tree node of skbs kept in a
+        // tree (TCP's out-of-order queue); a packet the UDP layer hands over is on a list or
+        // none, so the list view is the one in use, as it is for the C `skb->next`.
+        !unsafe { self.fields().__bindgen_anon_1.__bindgen_anon_1.next }.is_null()
     }
 
     /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
     pub fn came_from(&self, ndev: &NetDev) -> bool {
-        // SAFETY: the skb is live (type invariant).
-        unsafe { b::rvr_skb_dev(self.as_raw()) == ndev.as_raw() }
+        // SAFETY: `skb->dev` shares a union with `dev_scratch`, which only a UDP socket's
+        // receive queue uses; a packet in the encapsulation hook, or one we built, has its
+        // device there, as the C `skb->dev` reads it.
+        let dev = unsafe {
+            self.fields()
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .__bindgen_anon_1
+                .dev
+        };
+        dev == ndev.as_raw()
     }
 
     /// Whether the skb is for the net device `ndev`: it arrived on it, or it came over a
@@ -143,9 +163,18 @@ impl Skb {
 
     /// Free bytes after the tail of a linear skb (`skb_tailroom`; 0 when non-linear).
     fn tailroom(&self) -> usize {
-        // SAFETY: the skb is live (type invariant).
-        let room = unsafe { b::rvr_skb_tailroom(self.as_raw()) };
-        usize::try_from(room).unwrap_or(0)
+        let f = self.fields();
+        if f.data_len != 0 {
+            return 0;
+        }
+        // On 64-bit `tail` and `end` are offsets from `head` (`sk_buff_data_t`).
+        f.end.saturating_sub(f.tail) as usize
+    }
+
+    /// Free bytes before `skb->data` (`skb_headroom`).
+    fn headroom(&self) -> usize {
+        let f = self.fields();
+        (f.data as usize).saturating_sub(f.head as usize)
     }
 
     /// Appends `len` bytes at the tail and returns them (uninitialised contents are zeroed).
@@ -178,8 +207,7 @@ impl Skb {
     /// small.
     pub(crate) fn push(&mut self, len: usize) -> Result<&mut [u8]> {
         let n = u32::try_from(len).map_err(|_| EMSGSIZE)?;
-        // SAFETY: the skb is live.
-        if unsafe { b::rvr_skb_headroom(self.as_raw()) } < n {
+        if self.headroom() < len {
             return Err(EMSGSIZE);
         }
         // SAFETY: the headroom was checked, so `skb_push` does not panic.
@@ -190,7 +218,7 @@ impl Skb {
 
     /// Removes `len` bytes from the start (`skb_pull`); `EINVAL` if the linear part is shorter.
     pub(crate) fn pull(&mut self, len: usize) -> Result {
-        if len > self.data().len() {
+        if len > self.headlen() {
             return Err(EINVAL);
         }
         // SAFETY: `len` bytes are in the linear area (checked), so `skb_pull` succeeds.
@@ -303,10 +331,23 @@ impl SkbQueue {
         unsafe { Skb::from_raw(b::skb_dequeue(self.q.get())) }
     }
 
-    /// The number of queued skbs (a snapshot, read without the lock).
+    /// [`SkbQueue::pop`] after a lockless look ([`SkbQueue::is_empty`]), which spares the lock
+    /// when the queue is empty, as it mostly is where this is used. An skb queued after the
+    /// look is left for the caller's next look, so the caller must have one (a re-check after
+    /// a flag the producer tests, or work the producer queues).
+    pub fn pop_nonempty(&self) -> Option<Skb> {
+        if self.is_empty() {
+            return None;
+        }
+        self.pop()
+    }
+
+    /// The number of queued skbs (a snapshot, read without the lock, as
+    /// `skb_queue_len_lockless`).
     pub fn len(&self) -> usize {
-        // SAFETY: the queue is initialised; the lockless read is a `READ_ONCE`.
-        unsafe { b::rvr_skb_queue_len(self.q.get()) as usize }
+        // SAFETY: the queue is initialised (type invariant); `qlen` is written under its lock,
+        // and a volatile read of the aligned `u32` is the `READ_ONCE` the lockless read takes.
+        unsafe { core::ptr::read_volatile(&raw const (*self.q.get()).qlen) as usize }
     }
 
     /// Frees every queued skb (`skb_queue_purge`). Not with interrupts disabled: an skb's

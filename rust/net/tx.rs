@@ -234,24 +234,24 @@ pub fn build_routed(
     } else {
         b::ETH_P_IPV6
     } as u16;
-    // SAFETY: the skb is ours; the device is live (the dst set below keeps its own reference).
-    unsafe { b::rvr_skb_set_dev_proto(skb.as_raw(), p.ndev.as_raw(), proto.to_be()) };
 
     // UDP (rxe prepare_udp_hdr).
     let udp: &mut [u8; UDP_HLEN] = skb.push(UDP_HLEN)?.try_into().map_err(|_| EINVAL)?;
     roce::write_udp(udp, p.src_port, udp_len16);
     skb.reset_transport_header();
 
-    // IP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr).
-    // SAFETY: the skb is ours and not shared; `clone_dst` gives the reference `skb_dst_set`
-    // consumes.
+    // IP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr). Device, protocol, a scrubbed skb, the
+    // route and a clear IP control block, in one call.
+    // SAFETY: the skb is ours and not shared; the device is live (the dst keeps its own
+    // reference); `clone_dst` gives the reference `skb_dst_set` consumes.
     unsafe {
-        let s = skb.as_raw();
-        b::skb_scrub_packet(s, false);
-        b::rvr_skb_clear_hash(s);
-        b::rvr_skb_dst_set(s, route.clone_dst());
-        b::rvr_skb_clear_ipcb(s);
-    }
+        b::rvr_skb_tx_prepare(
+            skb.as_raw(),
+            p.ndev.as_raw(),
+            proto.to_be(),
+            route.clone_dst(),
+        )
+    };
     let ip = skb.push(ip_hlen)?;
     match v4 {
         Some((src, dst)) => {

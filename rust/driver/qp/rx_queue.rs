@@ -205,7 +205,9 @@ impl QpShared {
     /// Takes the oldest waiting packet, if any. Under the QP lock, so that packets are handled
     /// in the order they leave the queue.
     pub(super) fn pop_rx(&self) -> Option<Skb> {
-        let skb = self.rx.waiting.pop()?;
+        // Mostly empty: every packet handled inline asks. A packet queued after the look is
+        // not lost: its work item is queued after it.
+        let skb = self.rx.waiting.pop_nonempty()?;
         self.dev.rx_queued.fetch_sub(1, Ordering::Relaxed);
         Some(skb)
     }

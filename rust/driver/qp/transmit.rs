@@ -297,11 +297,11 @@ impl QpShared {
         let bursts = matches!(self.qp_type, IbQpType::Rc | IbQpType::Uc) && self.dev.tx_burst();
         let c = &self.dev.counters;
         let mut n = 0;
-        let mut next = queue.pop();
+        let mut next = queue.pop_nonempty();
         while let Some(skb) = next.take() {
             let mut burst = Burst::new(skb);
             if bursts {
-                while let Some(s) = queue.pop() {
+                while let Some(s) = queue.pop_nonempty() {
                     if let Err(s) = burst.push(s) {
                         next = Some(s);
                         break;
@@ -323,7 +323,7 @@ impl QpShared {
                 }
             }
             if next.is_none() {
-                next = queue.pop();
+                next = queue.pop_nonempty();
             }
         }
         n
