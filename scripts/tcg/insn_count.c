@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A QEMU TCG plugin for scripts/tcg-count: counts how often each translated block of guest
+ * kernel code runs, with its instruction count and whether it ends in an indirect branch
+ * (a return, an indirect call or jump: each a block lookup under TCG). The guest drives it
+ * through a control file on a shared directory: "reset" zeroes the counts, "dump PATH" writes
+ * "address instructions executions indirect" per block that ran; the plugin answers "done".
+ *
+ * Plugin argument: ctl=PATH (the control file). Built by scripts/tcg-count against the plugin
+ * API of QEMU 7.2 (version 1); the few calls used are declared here, as Debian ships no header.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef uint64_t qemu_plugin_id_t;
+typedef struct qemu_info_t qemu_info_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+enum qemu_plugin_op { QEMU_PLUGIN_INLINE_ADD_U64 };
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t, struct qemu_plugin_tb *);
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t, qemu_plugin_vcpu_tb_trans_cb_t);
+void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *, enum qemu_plugin_op,
+					      void *, uint64_t);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *);
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *, size_t);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *);
+
+__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+
+/* Guest kernel addresses (x86-64, 4-level paging): user code is left out. */
+#define KERNEL_START 0xffff800000000000ULL
+#define NBLOCKS (1u << 21)
+
+struct block {
+	uint64_t vaddr;
+	uint64_t insns;
+	uint64_t execs; /* updated by the vCPUs' inline adds; a lost add now and then is noise */
+	int indirect;
+};
+
+static struct block **table;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char ctl[512];
+
+/* The block at (vaddr, insns), added if new; a block retranslated keeps its counter. */
+static struct block *block_at(uint64_t vaddr, uint64_t insns)
+{
+	uint64_t h = (vaddr ^ (vaddr >> 17) ^ insns) * 0x9e3779b97f4a7c15ULL;
+	uint32_t i;
+
+	for (i = (uint32_t)(h >> 40) & (NBLOCKS - 1);; i = (i + 1) & (NBLOCKS - 1)) {
+		struct block *b = table[i];
+
+		if (!b) {
+			b = calloc(1, sizeof(*b));
+			if (!b)
+				return NULL;
+			b->vaddr = vaddr;
+			b->insns = insns;
+			table[i] = b;
+			return b;
+		}
+		if (b->vaddr == vaddr && b->insns == insns)
+			return b;
+	}
+}
+
+/* Whether an instruction is a return or an indirect call or jump (FF /2, FF /4). */
+static int is_indirect(const uint8_t *p, size_t size)
+{
+	size_t o = 0;
+
+	while (o < size && (p[o] == 0xf3 || p[o] == 0xf2 || p[o] == 0x66 || p[o] == 0x2e ||
+			    p[o] == 0x3e || (p[o] & 0xf0) == 0x40))
+		o++;
+	if (o >= size)
+		return 0;
+	if (p[o] == 0xc3 || p[o] == 0xc2)
+		return 1;
+	return p[o] == 0xff && o + 1 < size &&
+	       (((p[o + 1] >> 3) & 7) == 2 || ((p[o + 1] >> 3) & 7) == 4);
+}
+
+static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	uint64_t vaddr = qemu_plugin_tb_vaddr(tb);
+	size_t n = qemu_plugin_tb_n_insns(tb);
+	struct qemu_plugin_insn *last;
+	struct block *b;
+
+	(void)id;
+	if (vaddr < KERNEL_START || n == 0)
+		return;
+	pthread_mutex_lock(&lock);
+	b = block_at(vaddr, n);
+	pthread_mutex_unlock(&lock);
+	if (!b)
+		return;
+	last = qemu_plugin_tb_get_insn(tb, n - 1);
+	b->indirect = is_indirect(qemu_plugin_insn_data(last), qemu_plugin_insn_size(last));
+	qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->execs, 1);
+}
+
+static void dump(const char *path)
+{
+	FILE *f = fopen(path, "w");
+	uint32_t i;
+
+	if (!f)
+		return;
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < NBLOCKS; i++) {
+		struct block *b = table[i];
+
+		if (b && b->execs)
+			fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %d\n", b->vaddr, b->insns,
+				b->execs, b->indirect);
+	}
+	pthread_mutex_unlock(&lock);
+	fclose(f);
+}
+
+static void *watch(void *arg)
+{
+	char cmd[600];
+
+	(void)arg;
+	for (;;) {
+		FILE *f;
+
+		usleep(20000);
+		f = fopen(ctl, "r");
+		if (!f)
+			continue;
+		if (!fgets(cmd, sizeof(cmd), f))
+			cmd[0] = 0;
+		fclose(f);
+		cmd[strcspn(cmd, "\n")] = 0;
+		if (!strcmp(cmd, "reset")) {
+			uint32_t i;
+
+			pthread_mutex_lock(&lock);
+			for (i = 0; i < NBLOCKS; i++)
+				if (table[i])
+					table[i]->execs = 0;
+			pthread_mutex_unlock(&lock);
+		} else if (!strncmp(cmd, "dump ", 5)) {
+			dump(cmd + 5);
+		} else {
+			continue;
+		}
+		f = fopen(ctl, "w");
+		if (f) {
+			fputs("done\n", f);
+			fclose(f);
+		}
+	}
+	return NULL;
+}
+
+__attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id,
+							       const qemu_info_t *info, int argc,
+							       char **argv)
+{
+	pthread_t t;
+	int i;
+
+	(void)info;
+	for (i = 0; i < argc; i++)
+		if (!strncmp(argv[i], "ctl=", 4))
+			snprintf(ctl, sizeof(ctl), "%s", argv[i] + 4);
+	if (!ctl[0])
+		return -1;
+	table = calloc(NBLOCKS, sizeof(*table));
+	if (!table || pthread_create(&t, NULL, watch, NULL))
+		return -1;
+	qemu_plugin_register_vcpu_tb_trans_cb(id, translated);
+	return 0;
+}
