@@ -74,6 +74,7 @@ void rvr_skb_reserve(struct sk_buff *skb, int len)
 	skb_reserve(skb, len);
 }
 
+/* The per-packet set-up of a transmitted skb in one call; consumes the reference on @dst. */
 void rvr_skb_tx_prepare(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
 			struct dst_entry *dst)
 {

@@ -69,8 +69,9 @@ impl Skb {
     /// The skb's fields, for the accessors that only read them: plain field reads in Rust
     /// rather than a call into C for each (several a packet).
     fn fields(&self) -> &b::sk_buff {
-        // SAFETY: the skb is live and exclusively ours (type invariant); its fields change only
-        // through `&mut self` methods, so none changes while this borrow lasts.
+        // SAFETY: the skb is live and exclusively ours (type invariant), so no other context
+        // writes its fields; every caller reads a field and lets the borrow go before any call
+        // into C on the skb.
         unsafe { self.0.as_ref() }
     }
 
@@ -131,17 +132,18 @@ impl Skb {
     /// packet and hands the pieces to the encapsulation hook in turn, each still linked to the
     /// next (`skb->next`; a packet received alone is on no list).
     pub fn more_follow(&self) -> bool {
-        // SAFETY: `skb->next` shares a union with the red-black tree node of skbs kept in a
-        // tree (TCP's out-of-order queue); a packet the UDP layer hands over is on a list or
-        // none, so the list view is the one in use, as it is for the C `skb->next`.
+        // SAFETY: reading a member of the union is defined (plain data); `skb->next` shares it
+        // with the red-black tree node of skbs kept in a tree (TCP's out-of-order queue), and a
+        // packet the UDP layer hands over is on a list or none, so the list view is in use.
         !unsafe { self.fields().__bindgen_anon_1.__bindgen_anon_1.next }.is_null()
     }
 
     /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
     pub fn came_from(&self, ndev: &NetDev) -> bool {
-        // SAFETY: `skb->dev` shares a union with `dev_scratch`, which only a UDP socket's
-        // receive queue uses; a packet in the encapsulation hook, or one we built, has its
-        // device there, as the C `skb->dev` reads it.
+        // SAFETY: reading either member of the union is defined (both are plain data); the
+        // device is the member in use: `dev_scratch` is written only when a UDP socket's own
+        // receive queue takes the packet, after the encapsulation hook, so a packet in the
+        // hook, one kept in a QP's receive queue since, or one we built has its device there.
         let dev = unsafe {
             self.fields()
                 .__bindgen_anon_1

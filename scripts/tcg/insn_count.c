@@ -3,13 +3,17 @@
  * A QEMU TCG plugin for scripts/tcg-count: counts how often each translated block of guest
  * kernel code runs, with its instruction count and whether it ends in an indirect branch
  * (a return, an indirect call or jump: each a block lookup under TCG). The guest drives it
- * through a control file on a shared directory: "reset" zeroes the counts, "dump PATH" writes
- * "address instructions executions indirect" per block that ran; the plugin answers "done".
+ * through a control file on a shared directory: it writes "SEQ dump NAME", the plugin writes
+ * "address instructions executions indirect" per block that ran so far to NAME (a file name,
+ * in the control file's directory) and answers "done SEQ" ("error SEQ" if it could not).
+ * Counts only grow; the guest dumps before and after a run and the report subtracts. The
+ * vCPUs add without atomics: two adding to one block at the same moment may lose one.
  *
  * Plugin argument: ctl=PATH (the control file). Built by scripts/tcg-count against the plugin
  * API of QEMU 7.2 (version 1); the few calls used are declared here, as Debian ships no header.
  */
 #include <inttypes.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,10 +50,12 @@ struct block {
 };
 
 static struct block **table;
+static uint32_t nblocks;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static char ctl[512];
+static char ctl[512], ctl_dir[512];
 
-/* The block at (vaddr, insns), added if new; a block retranslated keeps its counter. */
+/* The block at (vaddr, insns), added if new (NULL once the table is full); a block
+ * retranslated keeps its counter. */
 static struct block *block_at(uint64_t vaddr, uint64_t insns)
 {
 	uint64_t h = (vaddr ^ (vaddr >> 17) ^ insns) * 0x9e3779b97f4a7c15ULL;
@@ -59,12 +65,15 @@ static struct block *block_at(uint64_t vaddr, uint64_t insns)
 		struct block *b = table[i];
 
 		if (!b) {
+			if (nblocks >= NBLOCKS / 2)
+				return NULL;
 			b = calloc(1, sizeof(*b));
 			if (!b)
 				return NULL;
 			b->vaddr = vaddr;
 			b->insns = insns;
 			table[i] = b;
+			nblocks++;
 			return b;
 		}
 		if (b->vaddr == vaddr && b->insns == insns)
@@ -98,23 +107,31 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	(void)id;
 	if (vaddr < KERNEL_START || n == 0)
 		return;
+	last = qemu_plugin_tb_get_insn(tb, n - 1);
 	pthread_mutex_lock(&lock);
 	b = block_at(vaddr, n);
+	if (b)
+		b->indirect = is_indirect(qemu_plugin_insn_data(last), qemu_plugin_insn_size(last));
 	pthread_mutex_unlock(&lock);
-	if (!b)
-		return;
-	last = qemu_plugin_tb_get_insn(tb, n - 1);
-	b->indirect = is_indirect(qemu_plugin_insn_data(last), qemu_plugin_insn_size(last));
-	qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->execs, 1);
+	if (b)
+		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->execs,
+							 1);
 }
 
-static void dump(const char *path)
+/* Writes the counts to NAME in the control file's directory; 0 on success. */
+static int dump(const char *name)
 {
-	FILE *f = fopen(path, "w");
+	char path[1200];
+	FILE *f;
 	uint32_t i;
+	int err;
 
+	if (!name[0] || strchr(name, '/'))
+		return -1;
+	snprintf(path, sizeof(path), "%s/%s", ctl_dir, name);
+	f = fopen(path, "w");
 	if (!f)
-		return;
+		return -1;
 	pthread_mutex_lock(&lock);
 	for (i = 0; i < NBLOCKS; i++) {
 		struct block *b = table[i];
@@ -124,16 +141,19 @@ static void dump(const char *path)
 				b->execs, b->indirect);
 	}
 	pthread_mutex_unlock(&lock);
-	fclose(f);
+	err = ferror(f);
+	return fclose(f) || err ? -1 : 0;
 }
 
 static void *watch(void *arg)
 {
-	char cmd[600];
+	char cmd[600], name[600];
+	unsigned long seq, done = 0;
 
 	(void)arg;
 	for (;;) {
 		FILE *f;
+		int ok;
 
 		usleep(20000);
 		f = fopen(ctl, "r");
@@ -142,23 +162,13 @@ static void *watch(void *arg)
 		if (!fgets(cmd, sizeof(cmd), f))
 			cmd[0] = 0;
 		fclose(f);
-		cmd[strcspn(cmd, "\n")] = 0;
-		if (!strcmp(cmd, "reset")) {
-			uint32_t i;
-
-			pthread_mutex_lock(&lock);
-			for (i = 0; i < NBLOCKS; i++)
-				if (table[i])
-					table[i]->execs = 0;
-			pthread_mutex_unlock(&lock);
-		} else if (!strncmp(cmd, "dump ", 5)) {
-			dump(cmd + 5);
-		} else {
+		if (sscanf(cmd, "%lu dump %599s", &seq, name) != 2 || seq == done)
 			continue;
-		}
+		ok = dump(name) == 0;
+		done = seq;
 		f = fopen(ctl, "w");
 		if (f) {
-			fputs("done\n", f);
+			fprintf(f, "%s %lu\n", ok ? "done" : "error", seq);
 			fclose(f);
 		}
 	}
@@ -169,6 +179,7 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 							       const qemu_info_t *info, int argc,
 							       char **argv)
 {
+	char tmp[512];
 	pthread_t t;
 	int i;
 
@@ -178,6 +189,8 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
 			snprintf(ctl, sizeof(ctl), "%s", argv[i] + 4);
 	if (!ctl[0])
 		return -1;
+	snprintf(tmp, sizeof(tmp), "%s", ctl);
+	snprintf(ctl_dir, sizeof(ctl_dir), "%s", dirname(tmp));
 	table = calloc(NBLOCKS, sizeof(*table));
 	if (!table || pthread_create(&t, NULL, watch, NULL))
 		return -1;

@@ -283,7 +283,10 @@ impl QpShared {
                 };
                 return;
             }
-            // A packet queued after our last pop but before the store above found us busy.
+            // A packet queued after our last pop but before the store above found us busy. The
+            // fence orders the store before the look (a store-load order), as the producer's
+            // queueing is ordered before its test of `busy`: one of the two sees the other.
+            core::sync::atomic::fence(Ordering::SeqCst);
             if s.queue.is_empty() {
                 return;
             }
