@@ -316,6 +316,51 @@ mod tests {
         // The last one is purged by the drop.
     }
 
+    /// The room an skb has, read in Rust from its fields: headroom is what `reserve` left and
+    /// no more, tailroom what `put` may take, the linear data what was put and pushed.
+    #[test]
+    fn skb_room_from_fields() {
+        let Ok(mut skb) = Skb::alloc(64) else {
+            panic!("alloc");
+        };
+        assert!(skb.reserve(16).is_ok());
+        assert!(skb.put(100_000).is_err());
+        assert!(skb.put(40).map(|b| b.fill(7)).is_ok());
+        // `reserve` is for an empty skb only.
+        assert!(skb.reserve(1).is_err());
+        assert!(skb.push(16).map(|b| b.fill(9)).is_ok());
+        // The headroom was 16.
+        assert!(skb.push(1).is_err());
+        assert_eq!(skb.len(), 56);
+        assert_eq!(skb.data().len(), 56);
+        assert!(skb.data()[..16].iter().all(|&x| x == 9));
+        assert!(skb.data()[16..].iter().all(|&x| x == 7));
+        assert!(skb.pull(57).is_err());
+        assert!(skb.pull(16).is_ok());
+        assert_eq!(skb.data().len(), 40);
+        assert!(!skb.more_follow());
+        skb.consume();
+    }
+
+    /// `pop_nonempty` finds nothing in an empty queue and takes what is queued in order.
+    #[test]
+    fn skb_queue_pop_nonempty() {
+        let Ok(q) = KBox::pin_init(SkbQueue::new(), GFP_KERNEL) else {
+            panic!("alloc");
+        };
+        assert!(q.pop_nonempty().is_none());
+        for n in 1..=2usize {
+            let Ok(skb) = Skb::from_ip_packet(&[0u8; 4][..n]) else {
+                panic!("alloc");
+            };
+            q.push(skb);
+        }
+        assert_eq!(q.pop_nonempty().map(|s| s.len()), Some(1));
+        assert_eq!(q.pop_nonempty().map(|s| s.len()), Some(2));
+        assert!(q.pop_nonempty().is_none());
+        assert!(q.is_empty());
+    }
+
     /// What the loopback hook saw: 0 nothing yet, 4 / 6 a good IPv4 / IPv6 packet with the
     /// expected transport, 100 a wrong transport, 101 a parse error.
     static LOOP_RESULT: AtomicU32 = AtomicU32::new(0);
