@@ -6,36 +6,6 @@
 #include "rvrdma_net.h"
 #include <net/sch_generic.h>
 
-unsigned char *rvr_skb_data(const struct sk_buff *skb)
-{
-	return skb->data;
-}
-
-unsigned int rvr_skb_headlen(const struct sk_buff *skb)
-{
-	return skb_headlen(skb);
-}
-
-struct net_device *rvr_skb_dev(const struct sk_buff *skb)
-{
-	return skb->dev;
-}
-
-struct sock *rvr_skb_sk(const struct sk_buff *skb)
-{
-	return skb->sk;
-}
-
-__be16 rvr_skb_protocol(const struct sk_buff *skb)
-{
-	return skb->protocol;
-}
-
-unsigned char *rvr_skb_network_header(const struct sk_buff *skb)
-{
-	return skb_network_header(skb);
-}
-
 void rvr_skb_reset_network_header(struct sk_buff *skb)
 {
 	skb_reset_network_header(skb);

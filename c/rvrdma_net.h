@@ -23,12 +23,6 @@
 #include <linux/inetdevice.h>
 
 /* skb accessors */
-unsigned char *rvr_skb_data(const struct sk_buff *skb);
-unsigned int rvr_skb_headlen(const struct sk_buff *skb);
-struct net_device *rvr_skb_dev(const struct sk_buff *skb);
-struct sock *rvr_skb_sk(const struct sk_buff *skb);
-__be16 rvr_skb_protocol(const struct sk_buff *skb);
-unsigned char *rvr_skb_network_header(const struct sk_buff *skb);
 void rvr_skb_reset_network_header(struct sk_buff *skb);
 void rvr_skb_reset_transport_header(struct sk_buff *skb);
 int rvr_skb_linearize(struct sk_buff *skb);

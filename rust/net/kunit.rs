@@ -342,6 +342,28 @@ mod tests {
         skb.consume();
     }
 
+    /// Fields read in Rust: a fresh skb has no device, owner or protocol; a network header
+    /// behind `data` (as `encap_rcv` hands a packet over) is pushed back to, and one after
+    /// `data` is refused.
+    #[test]
+    fn skb_headers_from_fields() {
+        let p = packet_v4();
+        let Ok(mut skb) = Skb::from_ip_packet(&p) else {
+            panic!("alloc");
+        };
+        assert!(skb.dev_raw().is_null());
+        assert!(skb.sk_raw().is_null());
+        assert_eq!(skb.protocol(), 0);
+        assert!(skb.pull(IPV4_HLEN).is_ok());
+        assert!(skb.parse_roce().is_ok());
+        assert_eq!(skb.len(), p.len());
+        assert!(skb.pull(IPV4_HLEN).is_ok());
+        skb.reset_network_header();
+        assert!(skb.push(IPV4_HLEN).is_ok());
+        assert!(skb.parse_roce().is_err());
+        skb.consume();
+    }
+
     /// `pop_nonempty` finds nothing in an empty queue and takes what is queued in order.
     #[test]
     fn skb_queue_pop_nonempty() {

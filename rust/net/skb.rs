@@ -81,7 +81,7 @@ impl Skb {
     }
 
     /// The length of the linear part from `skb->data` (`skb_headlen`).
-    fn headlen(&self) -> usize {
+    pub(crate) fn headlen(&self) -> usize {
         let f = self.fields();
         f.len.saturating_sub(f.data_len) as usize
     }
@@ -138,20 +138,36 @@ impl Skb {
         !unsafe { self.fields().__bindgen_anon_1.__bindgen_anon_1.next }.is_null()
     }
 
-    /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
-    pub fn came_from(&self, ndev: &NetDev) -> bool {
+    /// The net device the skb arrived on or leaves by (`skb->dev`; null if none).
+    pub(crate) fn dev_raw(&self) -> *mut b::net_device {
         // SAFETY: reading either member of the union is defined (both are plain data); the
         // device is the member in use: `dev_scratch` is written only when a UDP socket's own
         // receive queue takes the packet, after the encapsulation hook, so a packet in the
         // hook, one kept in a QP's receive queue since, or one we built has its device there.
-        let dev = unsafe {
+        unsafe {
             self.fields()
                 .__bindgen_anon_1
                 .__bindgen_anon_1
                 .__bindgen_anon_1
                 .dev
-        };
-        dev == ndev.as_raw()
+        }
+    }
+
+    /// The socket that owns the skb (`skb->sk`; null if none).
+    pub(crate) fn sk_raw(&self) -> *mut b::sock {
+        self.fields().sk
+    }
+
+    /// The skb's link-layer protocol (`skb->protocol`), in host byte order.
+    pub(crate) fn protocol(&self) -> u16 {
+        // SAFETY: `headers` is a view of the same fields as the anonymous struct beside it
+        // (`struct_group`); `protocol` is plain data.
+        u16::from_be(unsafe { self.fields().__bindgen_anon_4.headers.as_ref() }.protocol)
+    }
+
+    /// Whether the skb arrived on (or is bound to) the net device `ndev` (`skb->dev`).
+    pub fn came_from(&self, ndev: &NetDev) -> bool {
+        self.dev_raw() == ndev.as_raw()
     }
 
     /// Whether the skb is for the net device `ndev`: it arrived on it, or it came over a
@@ -244,13 +260,12 @@ impl Skb {
     /// `encap_rcv` the skb with `data` at the UDP header). `EINVAL` if the network header lies
     /// after `data`.
     fn push_to_network_header(&mut self) -> Result {
-        // SAFETY: the skb is live; both pointers are into its head buffer.
-        let (nh, data) = unsafe {
-            (
-                b::rvr_skb_network_header(self.as_raw()) as usize,
-                b::rvr_skb_data(self.as_raw()) as usize,
-            )
-        };
+        let f = self.fields();
+        // `skb_network_header`: an offset from `head`, as is `data`'s place.
+        // SAFETY: `headers` is a view of the same fields as the anonymous struct beside it
+        // (`struct_group`); `network_header` is plain data.
+        let nh = usize::from(unsafe { f.__bindgen_anon_4.headers.as_ref() }.network_header);
+        let data = (f.data as usize).saturating_sub(f.head as usize);
         let back = data.checked_sub(nh).ok_or(EINVAL)?;
         if back > 0 {
             self.push(back)?;

@@ -418,14 +418,11 @@ impl Burst {
         };
         let s = self.head.as_raw();
         let t = skb.as_raw();
-        // SAFETY: both skbs are live; the helpers only read their fields.
-        let (same_dst, same_owner, linear) = unsafe {
-            (
-                b::rvr_skb_dst(s) == b::rvr_skb_dst(t),
-                !b::rvr_skb_sk(s).is_null() && b::rvr_skb_sk(s) == b::rvr_skb_sk(t),
-                b::rvr_skb_headlen(t) as usize == skb.len(),
-            )
-        };
+        // SAFETY: both skbs are live; the helper only reads their fields.
+        let same_dst = unsafe { b::rvr_skb_dst(s) == b::rvr_skb_dst(t) };
+        let owner = self.head.sk_raw();
+        let same_owner = !owner.is_null() && owner == skb.sk_raw();
+        let linear = skb.headlen() == skb.len();
         header_ok
             && same_dst
             && same_owner
@@ -478,10 +475,7 @@ impl Burst {
     pub fn finish(mut self) -> Skb {
         if self.packets > 1 {
             let l = self.ip_hlen;
-            let s = self.head.as_raw();
-            // SAFETY: the skb is live; the helper only reads a field.
-            let headlen = unsafe { b::rvr_skb_headlen(s) } as usize;
-            let first = headlen.saturating_sub(l + UDP_HLEN);
+            let first = self.head.headlen().saturating_sub(l + UDP_HLEN);
             // The UDP length covers every packet until the split gives each its own (the first
             // gets 8 + `first`).
             let total = u16::try_from(self.head.len() - l).unwrap_or(u16::MAX);
@@ -491,7 +485,7 @@ impl Burst {
             }
             // SAFETY: the skb is ours, its fragment list holds `packets - 1` packets, and the
             // first one's UDP payload is `first` bytes long.
-            unsafe { b::rvr_skb_set_udp_gso_list(s, first as u32, self.packets) };
+            unsafe { b::rvr_skb_set_udp_gso_list(self.head.as_raw(), first as u32, self.packets) };
         }
         self.head
     }
@@ -513,15 +507,7 @@ impl Skb {
     /// Must be called with IRQs and BH enabled (never under an irqsave lock). Consumes the skb in
     /// every case; a negative errno from the IP layer is `Err`.
     pub fn send(self) -> Result<XmitStatus> {
-        let s = self.as_raw();
-        // SAFETY: the skb is live.
-        let (dev, sk, proto) = unsafe {
-            (
-                b::rvr_skb_dev(s),
-                b::rvr_skb_sk(s),
-                u16::from_be(b::rvr_skb_protocol(s)),
-            )
-        };
+        let (dev, sk, proto) = (self.dev_raw(), self.sk_raw(), self.protocol());
         if dev.is_null() {
             return Err(EINVAL);
         }
