@@ -5,12 +5,14 @@
 
 #[kernel::prelude::kunit_tests(rvrdma_net)]
 mod tests {
+    use crate::bindings as b;
     use crate::kunit_support;
     use crate::net::netdev::NetDevRef;
-    use crate::net::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
+    use crate::net::roce::{self, RoceRxError, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
     use crate::net::skb::{Skb, SkbQueue};
     use crate::net::{tx, udp_tunnel};
     use crate::rvcore::{icrc, psn::Psn, wire};
+    use core::ptr::null_mut;
     use core::sync::atomic::{AtomicU32, Ordering};
     use kernel::prelude::*;
     use kernel::time::{delay::fsleep, Delta};
@@ -342,7 +344,8 @@ mod tests {
         skb.consume();
     }
 
-    /// Fields read in Rust: a fresh skb has no device, owner or protocol; a network header
+    /// Fields read in Rust: a fresh skb has no device, owner or protocol, and one prepared for
+    /// sending has the device and protocol (in host order) it was given; a network header
     /// behind `data` (as `encap_rcv` hands a packet over) is pushed back to, and one after
     /// `data` is refused.
     #[test]
@@ -360,7 +363,17 @@ mod tests {
         assert!(skb.pull(IPV4_HLEN).is_ok());
         skb.reset_network_header();
         assert!(skb.push(IPV4_HLEN).is_ok());
-        assert!(skb.parse_roce().is_err());
+        assert!(matches!(skb.parse_roce(), Err(RoceRxError::Skb(e)) if e == EINVAL));
+        if let Some(lo) = NetDevRef::init_net_by_name(c"lo") {
+            let ipv6 = b::ETH_P_IPV6 as u16;
+            // SAFETY: the skb is ours and live, `lo` is referenced for the call, and a null
+            // route is allowed (none is set).
+            unsafe {
+                b::rvr_skb_tx_prepare(skb.as_raw(), lo.as_raw(), ipv6.to_be(), null_mut());
+            }
+            assert!(skb.came_from(&lo));
+            assert_eq!(skb.protocol(), ipv6);
+        }
         skb.consume();
     }
 

@@ -158,10 +158,11 @@ impl Skb {
         self.fields().sk
     }
 
-    /// The skb's link-layer protocol (`skb->protocol`), in host byte order.
+    /// The EtherType of the packet's network protocol (`skb->protocol`: `ETH_P_IP`,
+    /// `ETH_P_IPV6`), in host byte order.
     pub(crate) fn protocol(&self) -> u16 {
-        // SAFETY: `headers` is a view of the same fields as the anonymous struct beside it
-        // (`struct_group`); `protocol` is plain data.
+        // SAFETY: `headers` is the `struct_group` view of the same bytes as the anonymous struct
+        // beside it; all its fields are integers, so any bytes are a valid value.
         u16::from_be(unsafe { self.fields().__bindgen_anon_4.headers.as_ref() }.protocol)
     }
 
@@ -260,13 +261,12 @@ impl Skb {
     /// `encap_rcv` the skb with `data` at the UDP header). `EINVAL` if the network header lies
     /// after `data`.
     fn push_to_network_header(&mut self) -> Result {
-        let f = self.fields();
-        // `skb_network_header`: an offset from `head`, as is `data`'s place.
-        // SAFETY: `headers` is a view of the same fields as the anonymous struct beside it
-        // (`struct_group`); `network_header` is plain data.
-        let nh = usize::from(unsafe { f.__bindgen_anon_4.headers.as_ref() }.network_header);
-        let data = (f.data as usize).saturating_sub(f.head as usize);
-        let back = data.checked_sub(nh).ok_or(EINVAL)?;
+        // `network_header` is an offset from `head` (`skb_network_header` is `head` plus it).
+        // SAFETY: `headers` is the `struct_group` view of the same bytes as the anonymous struct
+        // beside it; all its fields are integers, so any bytes are a valid value.
+        let nh =
+            usize::from(unsafe { self.fields().__bindgen_anon_4.headers.as_ref() }.network_header);
+        let back = self.headroom().checked_sub(nh).ok_or(EINVAL)?;
         if back > 0 {
             self.push(back)?;
         }
