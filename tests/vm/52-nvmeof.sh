@@ -294,9 +294,10 @@ no_recovery() {
 # said in diagnostics, not counted.
 rxe_run() {
 	local why= out
-	port_down || why="the nvmet port would not go"
+	# The device goes before the port (see devices_down).
+	devices_down rvn0 || why="rdma link delete rvn0 failed"
 	if [ -z "$why" ]; then
-		rdma link delete rvn0 && wait_for "$RVRDMA_WAIT" dev_gone rvn0 || why="rdma link delete rvn0 failed"
+		port_down || why="the nvmet port would not go"
 	fi
 	# rdma_rxe is built into the test kernel (CONFIG_RDMA_RXE=y): then modprobe does nothing and
 	# nothing is unloaded at the end. A module (it has an initstate) that we load goes again.
@@ -329,18 +330,32 @@ figures() {
 	diag "$("$PY" "$RVRDMA_TESTS_DIR/fio_summary.py" --table "${a[@]}" 2>&1)"
 }
 
+# devices_down DEV...: deletes the RDMA devices that exist, before the nvmet port goes. The
+# device's removal destroys the port's listening rdma_cm ID (nvmet-rdma returns 1 to the
+# DEVICE_REMOVAL event), so the port's removal finds none left to destroy. Destroyed by the
+# port's removal instead, under nvmet_config_sem, it records the lock order nvmet_config_sem ->
+# rdma_cm's handler_mutex, which lockdep reports against nvmet-rdma's own opposite order: a
+# Connect that arrives before the ESTABLISHED event is run from the CM handler, and it looks
+# the subsystem up under nvmet_config_sem. That is the upstream kernel's, whichever RDMA device
+# carries the traffic (it was seen in the rdma_rxe comparison run).
+devices_down() {
+	local d rc=0
+	for d in "$@"; do
+		dev_exists "$d" || continue
+		{ rdma link delete "$d" && wait_for "$RVRDMA_WAIT" dev_gone "$d" >/dev/null; } 2>/dev/null || rc=1
+	done
+	return "$rc"
+}
+
 RXE_LOADED=0
 cleanup() {
 	tc qdisc del dev lo root >/dev/null 2>&1
 	nvme disconnect -n "$NQN" >/dev/null 2>&1
 	wait_for 30 eval '! nvme_ctrl' >/dev/null 2>&1
+	devices_down rvn0 rxn0
 	port_down
 	[ -e "$CFG/subsystems/$NQN" ] && echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable"
 	rmdir "$CFG/subsystems/$NQN/namespaces/1" "$CFG/subsystems/$NQN" 2>/dev/null
-	local d
-	for d in rvn0 rxn0; do
-		dev_exists "$d" && rdma link delete "$d" 2>/dev/null && wait_for "$RVRDMA_WAIT" dev_gone "$d" >/dev/null
-	done
 	[ "$RXE_LOADED" = 1 ] && modprobe -r rdma_rxe 2>/dev/null && RXE_LOADED=0
 	ip link del rvnv0 2>/dev/null
 	umount "$DIR" 2>/dev/null
