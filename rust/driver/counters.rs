@@ -128,8 +128,11 @@ counters! {
     /// (`rx_spread`, see `qp::rx_queue`).
     rx_queued_pkts,
     /// Queued packets its work item handled (the others were drained by a packet or verb
-    /// that came after them).
+    /// that came after them, or taken by the receiving CPU when the queue was full).
     rx_queue_worker_pkts,
+    /// Queued packets the receiving CPU took in a batch of its own because the queue was
+    /// full (see `qp::rx_queue`).
+    rx_queue_help_pkts,
     /// Times a receive queue was handled at high priority because packets still waited when
     /// its deadline came, `URGENT_AFTER_MS` after it was armed (see `qp::rx_queue`).
     rx_queue_urgent_runs,
@@ -242,6 +245,11 @@ impl Counters {
     /// Adds one to `c`.
     pub fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to `c`.
+    pub fn add(c: &AtomicU64, n: usize) {
+        c.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 

@@ -214,24 +214,41 @@ fn deliver(dev: &DevShared, p: Inbound, skb: &mut Skb, qp: Option<Arc<QpShared>>
     }
 }
 
+/// A packet taken from a QP's receive queue, parsed and its ICRC checked ([`queued`]): what
+/// the QP hands to the core, with nothing borrowed from the skb (the work item checks a batch
+/// outside the QP lock and hands it to the core under it).
+pub(crate) struct Checked {
+    /// The transport headers.
+    pub(crate) h: Headers,
+    /// Where the payload lies in the skb's data.
+    payload: Range<usize>,
+    /// The path it arrived on.
+    pub(crate) pm: PathMatch,
+}
+
+impl Checked {
+    /// The payload, in the skb this was parsed from (its data unchanged since).
+    pub(crate) fn payload<'a>(&self, skb: &'a Skb) -> &'a [u8] {
+        skb.data().get(self.payload.clone()).unwrap_or(&[])
+    }
+}
+
 /// A packet taken from a QP's receive queue, for that QP: parsed again and its ICRC checked
 /// (only a packet whose headers decoded, and that arrived on a port's netdev, is queued).
-/// `None` when it is to be dropped (counted). Any context.
-pub(crate) fn queued<'a>(
-    dev: &DevShared,
-    skb: &'a mut Skb,
-) -> Option<(Headers, &'a [u8], PathMatch)> {
+/// `None` when it is to be dropped (counted). Any context, no lock needed.
+pub(crate) fn queued(dev: &DevShared, skb: &mut Skb) -> Option<Checked> {
     let c = &dev.counters;
     let p = inbound(dev, skb, true)?;
     if !p.icrc_ok(skb, c) {
         return None;
     }
     count_rcvd(c, p.ip_len);
-    let data = skb.data();
-    let pm = p.path_match(data);
-    match p.payload(data) {
-        Ok((h, payload)) => Some((*h, payload, pm)),
-        Err(_) => {
+    let pm = p.path_match(skb.data());
+    match p.decoded {
+        Ok((h, payload)) if skb.data().get(payload.clone()).is_some() => {
+            Some(Checked { h, payload, pm })
+        }
+        _ => {
             Counters::inc(&c.rx_malformed);
             None
         }

@@ -38,11 +38,15 @@ use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot, Sge, UdDest};
-use crate::sync::{clock::now_ns, irq_spinlock::IrqSpinLock, workqueue};
+use crate::sync::{
+    clock::now_ns,
+    irq_spinlock::{IrqSpinLock, IrqSpinLockBackend},
+    workqueue,
+};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{
     prelude::*,
-    sync::Arc,
+    sync::{lock::Guard, Arc},
     time::hrtimer::HrTimer,
     workqueue::{DelayedWork, Work, WorkItem},
 };
@@ -269,8 +273,11 @@ enum Entry<'a> {
     Doorbell,
     /// A packet arrived.
     Packet(&'a Headers, &'a [u8], &'a PathMatch),
-    /// Packets wait in the receive queue (its work item).
-    RxQueue,
+    /// Packets wait in the receive queue, and there was no memory for a batch: its work item,
+    /// or with `true` the receiving CPU (the queue is full).
+    RxQueue(bool),
+    /// A batch from the receive queue, checked, whose turn it is (see [`rx_queue`]).
+    RxBatch(&'a [rx_queue::Prepared]),
     /// A packet with an opcode the wire decoder does not know arrived (its BTH).
     Unsupported(&'a RawBth, &'a PathMatch),
     /// Modify QP.
@@ -329,11 +336,14 @@ impl QpShared {
     /// inline, as the UDP layer hands them over). Never sleeps. Returns whether a route lookup
     /// is due (the work item it schedules does it; a process-context caller may do it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
-        let from_queue = matches!(entry, Entry::RxQueue);
         let doorbell = matches!(entry, Entry::Doorbell);
         let (pending, more, route, fault, elsewhere) = {
-            let mut g = self.inner.lock();
+            let mut g = self.lock_in_order(&entry);
             if g.dead {
+                if let Entry::RxBatch(batch) = entry {
+                    Counters::add(&self.dev.counters.rx_no_qp, batch.len());
+                    self.rx_handed_in(batch.len());
+                }
                 return false;
             }
             let now = now_ns();
@@ -358,9 +368,6 @@ impl QpShared {
             self.flush_tx();
         }
         self.free_rx();
-        if from_queue && self.rx_waiting() {
-            self.schedule_rx(None);
-        }
         self.deliver(pending);
         if more {
             self.schedule();
@@ -369,6 +376,24 @@ impl QpShared {
             let _ = workqueue::system_dfl().enqueue::<_, 3>(self.clone());
         }
         route
+    }
+
+    /// Takes the QP lock for `entry`. What may handle a received packet or take one from the
+    /// receive queue first waits, without the lock, for the batches in hand to be handed in
+    /// (they came before); a batch whose turn it is, a doorbell or a port change does not.
+    fn lock_in_order(&self, entry: &Entry<'_>) -> Guard<'_, QpInner, IrqSpinLockBackend> {
+        let waits = !matches!(entry, Entry::RxBatch(_) | Entry::Doorbell | Entry::Ports);
+        loop {
+            let g = self.inner.lock();
+            if !waits || g.dead || !self.rx_in_hand() {
+                return g;
+            }
+            drop(g);
+            // Their holders run with bottom halves off, on other CPUs: not for long.
+            while self.rx_in_hand() {
+                core::hint::spin_loop();
+            }
+        }
     }
 
     /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains and
@@ -424,6 +449,16 @@ impl QpShared {
                 }
             }
         }
+        // A batch from the receive queue whose turn it is: before anything still queued.
+        if let Entry::RxBatch(batch) = entry {
+            for p in batch {
+                if let Some(c) = &p.checked {
+                    let payload = c.payload(&p.skb);
+                    self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
+                }
+            }
+            self.rx_handed_in(batch.len());
+        }
         // Packets in the receive queue arrived before this packet, verb or timer expiry: they
         // go first (all of them), or a batch of them for the queue's work item. A response
         // waiting there when the transport timer fires is progress, not a timeout.
@@ -431,18 +466,21 @@ impl QpShared {
             Entry::Packet(..) | Entry::Unsupported(..) | Entry::Modify(..) | Entry::Work => {
                 usize::MAX
             }
-            Entry::RxQueue => rx_queue::BATCH,
-            Entry::Doorbell | Entry::Ports => 0,
+            Entry::RxQueue(_) => rx_queue::BATCH,
+            Entry::RxBatch(_) | Entry::Doorbell | Entry::Ports => 0,
         };
         for _ in 0..drain {
             let Some(mut skb) = self.pop_rx() else {
                 break;
             };
-            if matches!(entry, Entry::RxQueue) {
-                Counters::inc(&self.dev.counters.rx_queue_worker_pkts);
+            match entry {
+                Entry::RxQueue(false) => Counters::inc(&self.dev.counters.rx_queue_worker_pkts),
+                Entry::RxQueue(true) => Counters::inc(&self.dev.counters.rx_queue_help_pkts),
+                _ => {}
             }
-            if let Some((h, payload, pm)) = super::receive::queued(&self.dev, &mut skb) {
-                self.inbound(core, odp, &h, payload, &pm, &mut mem, &mut out, now);
+            if let Some(c) = super::receive::queued(&self.dev, &mut skb) {
+                let payload = c.payload(&skb);
+                self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
             }
             self.rx_done(skb);
         }
@@ -468,7 +506,7 @@ impl QpShared {
                 }
             }
             Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
-            Entry::Work | Entry::Doorbell | Entry::RxQueue => {}
+            Entry::Work | Entry::Doorbell | Entry::RxQueue(_) | Entry::RxBatch(_) => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
         // A WQE whose memory is not resident was not started; a payload that vanished since

@@ -15,14 +15,21 @@
 //! last responses left from another CPU whose backlog still holds them: a response sent from here
 //! would have to be handed to a worker thread there (see [`super::transmit`]), which may wait
 //! behind a busy task. The order holds:
-//! - a packet that arrives while the queue holds packets joins it, whatever its size;
+//! - a packet that arrives while the queue holds packets, or a batch is in hand (below), joins
+//!   it, whatever its size;
 //! - a packet handled at once finds the queue empty, or drains it first;
 //! - the QP's work item drains it before it acts on an expired timer (a response waiting
 //!   there is progress, not a timeout);
-//! - every packet leaves the queue under the QP lock, in the critical section that handles it.
+//! - a packet leaves the queue under the QP lock: in the critical section that handles it, or
+//!   in a batch taken in hand with a ticket. A batch is parsed and its ICRCs checked without
+//!   the lock, then handed to the core under the lock in ticket order, so two CPUs may check
+//!   two batches at once;
+//! - while a batch is in hand, whoever would handle a received packet otherwise, or drain the
+//!   queue, waits for it first ([`QpShared::lock_in_order`]).
 //!
-//! When the queue is full, the softirq drains it itself before its own packet, so the sender's
-//! CPU is held back exactly as when everything was handled there: that is the flow control.
+//! When the queue is full, the softirq queues its packet and handles a batch itself (the
+//! oldest packets waiting), so the sender's CPU is held back by the work it takes on: that is
+//! the flow control. Its batch is checked while the work item checks the one before it.
 //! A lone or small packet finds the queue empty and is handled at once, so latency is
 //! unchanged.
 //!
@@ -37,11 +44,12 @@
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::{Entry, QpShared};
+use crate::driver::receive::{self, Checked};
 use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
 use crate::rvcore::wire::{opcode::Operation, Headers};
 use crate::sync::workqueue;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
 
 /// A payload at least this long is worth handing to another CPU.
@@ -72,6 +80,33 @@ pub(crate) struct RxQueue {
     /// The QP's requester may keep more than one RDMA Read outstanding (`max_rd_atomic` above
     /// 1): responses of another Read may follow the ones arriving.
     reads_overlap: AtomicBool,
+    /// Packets queued or in hand, not yet handed to the core. Lowered under the QP lock only,
+    /// so a receive path that reads 0 comes after every packet queued before its own.
+    held: AtomicUsize,
+    /// The ticket of the next batch taken in hand. Changed under the QP lock only.
+    next_ticket: AtomicU32,
+    /// The ticket of the next batch to hand in: batches before it have been handed to the
+    /// core, and none is in hand when it equals `next_ticket`. Changed under the QP lock only.
+    handed: AtomicU32,
+}
+
+/// A packet taken from the queue in a batch: checked outside the QP lock, handed to the core
+/// under it. `checked` is `None` until it is checked, and after for a packet to drop.
+pub(super) struct Prepared {
+    pub(super) skb: Skb,
+    pub(super) checked: Option<Checked>,
+}
+
+/// What [`QpShared::claim_rx`] found.
+enum Claim {
+    /// A batch in hand, with its ticket.
+    Batch(u32, KVec<Prepared>),
+    /// Nothing to take: the queue is empty.
+    Nothing,
+    /// The QP is being destroyed: its packets are dropped there.
+    Dead,
+    /// No memory for a batch.
+    NoMemory,
 }
 
 impl RxQueue {
@@ -81,6 +116,9 @@ impl RxQueue {
             waiting <- SkbQueue::new(),
             done <- SkbQueue::new(),
             reads_overlap: AtomicBool::new(false),
+            held: AtomicUsize::new(0),
+            next_ticket: AtomicU32::new(0),
+            handed: AtomicU32::new(0),
         })
     }
 }
@@ -92,8 +130,12 @@ impl WorkItem<4> for QpShared {
         this.rx_work_queued
             .ran(&this.dev.counters.rx_queue_delay_max_us);
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
-        // bottom halves come back on.
-        let _ = crate::sync::bh::with_bh_disabled(|| this.drive(Entry::RxQueue));
+        // bottom halves come back on. They stay off from a batch's claim to its hand-in, so
+        // that nothing that runs on this CPU meanwhile can wait for it.
+        let live = crate::sync::bh::with_bh_disabled(|| this.handle_rx_batch(false));
+        if live && this.rx_waiting() {
+            this.schedule_rx(None);
+        }
     }
 }
 
@@ -106,11 +148,12 @@ impl WorkItem<5> for QpShared {
         }
         Counters::inc(&this.dev.counters.rx_queue_urgent_runs);
         for _ in 0..URGENT_ROUNDS {
-            let _ = crate::sync::bh::with_bh_disabled(|| this.drive(Entry::RxQueue));
-            if !this.rx_waiting() {
-                break;
+            let live = crate::sync::bh::with_bh_disabled(|| this.handle_rx_batch(false));
+            if !live || !this.rx_waiting() {
+                return;
             }
         }
+        this.schedule_rx(None);
     }
 }
 
@@ -121,6 +164,8 @@ pub(crate) enum RxTarget {
     Other,
     /// The CPU given.
     Cpu(u32),
+    /// The queue is full: the packet joins it, and this CPU handles a batch at once.
+    Help,
 }
 
 /// The bytes handling a received packet moves: its payload, or for an RDMA Read request the
@@ -134,19 +179,26 @@ fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
 
 impl QpShared {
     /// Whether a received packet goes to the receive queue, and where its work item runs:
-    /// always while the queue holds packets (the order); else on an RC QP with the device's
+    /// always while the queue holds packets or a batch is in hand (the order), this CPU
+    /// handling a batch when it is full ([`RxTarget::Help`]); else on an RC QP with the device's
     /// `rx_spread` switch on, when it is bulk ([`bulk_len`]), not a Read response of a QP with
     /// one Read in flight at a time, and either a stream is arriving
     /// (packets wait in the backlog behind it, or more of its burst follow: `burst`) or it is a
-    /// request whose response this CPU could not send at once; never past the queue's or the
-    /// device's limit (`None`: the caller handles it at once, after the queue). Softirq context.
+    /// request whose response this CPU could not send at once; an empty queue never past the
+    /// device's limit (`None`: the caller handles it at once). Softirq context.
     pub(crate) fn queues_rx(&self, h: &Headers, payload: &[u8], burst: bool) -> Option<RxTarget> {
-        let q = &self.rx.waiting;
-        if q.len() >= MAX_QUEUED || self.dev.rx_queued.load(Ordering::Relaxed) >= MAX_RX_QUEUED {
-            return None;
+        let full = self.rx.waiting.len() >= MAX_QUEUED
+            || self.dev.rx_queued.load(Ordering::Relaxed) >= MAX_RX_QUEUED;
+        if self.rx.held.load(Ordering::Relaxed) > 0 {
+            let to = if full {
+                RxTarget::Help
+            } else {
+                RxTarget::Other
+            };
+            return Some(to);
         }
-        if !q.is_empty() {
-            return Some(RxTarget::Other);
+        if full {
+            return None;
         }
         if self.qp_type != IbQpType::Rc || !self.dev.rx_spread() || bulk_len(h, payload) < BULK {
             return None;
@@ -174,12 +226,16 @@ impl QpShared {
         skb.detach();
         Counters::inc(&self.dev.counters.rx_queued_pkts);
         self.dev.rx_queued.fetch_add(1, Ordering::Relaxed);
+        self.rx.held.fetch_add(1, Ordering::Relaxed);
         self.rx.waiting.push(skb);
         let cpu = match to {
             RxTarget::Cpu(cpu) => Some(cpu),
-            RxTarget::Other => backlog::other_cpu(),
+            RxTarget::Other | RxTarget::Help => backlog::other_cpu(),
         };
         self.schedule_rx(cpu);
+        if matches!(to, RxTarget::Help) {
+            let _ = self.handle_rx_batch(true);
+        }
     }
 
     /// Queues the receive queue's work item and arms the urgent one (each a no-op if it is
@@ -202,14 +258,102 @@ impl QpShared {
             .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
     }
 
-    /// Takes the oldest waiting packet, if any. Under the QP lock, so that packets are handled
-    /// in the order they leave the queue.
+    /// Takes the oldest waiting packet, if any, to handle it at once. Under the QP lock, no
+    /// batch in hand, so that packets are handled in the order they leave the queue.
     pub(super) fn pop_rx(&self) -> Option<Skb> {
+        let skb = self.take_rx()?;
+        self.rx.held.fetch_sub(1, Ordering::Relaxed);
+        Some(skb)
+    }
+
+    /// Takes the oldest waiting packet, if any; it stays counted in `held`.
+    fn take_rx(&self) -> Option<Skb> {
         // Mostly empty: every packet handled inline asks. A packet queued after the look is
         // not lost: its work item is queued after it.
         let skb = self.rx.waiting.pop_nonempty()?;
         self.dev.rx_queued.fetch_sub(1, Ordering::Relaxed);
         Some(skb)
+    }
+
+    /// Takes a batch in hand, parses it and checks its ICRCs without the QP lock, waits for
+    /// the batches taken before it, and hands it to the core under the lock. Bottom halves
+    /// disabled: nothing on this CPU can wait for the batch while it is in hand. `help`: the
+    /// receiving CPU's softirq takes the batch (the queue is full), not the work item.
+    /// Returns `false` when the QP is being destroyed (nothing is to be scheduled again).
+    fn handle_rx_batch(self: &Arc<Self>, help: bool) -> bool {
+        match self.claim_rx(help) {
+            Claim::Batch(ticket, mut batch) => {
+                for p in batch.iter_mut() {
+                    p.checked = receive::queued(&self.dev, &mut p.skb);
+                }
+                // The batches before it are in hand on other CPUs, which cannot be held up
+                // (bottom halves off there too).
+                while self.rx.handed.load(Ordering::Acquire) != ticket {
+                    core::hint::spin_loop();
+                }
+                let _ = self.drive(Entry::RxBatch(&batch));
+                // The skbs are freed here, after the lock.
+            }
+            // Each packet is checked under the lock as it is taken.
+            Claim::NoMemory => {
+                let _ = self.drive(Entry::RxQueue(help));
+                return !self.inner.lock().dead;
+            }
+            Claim::Nothing => {}
+            Claim::Dead => return false,
+        }
+        true
+    }
+
+    /// Takes up to a batch of waiting packets in hand, with a ticket (under the QP lock).
+    fn claim_rx(&self, help: bool) -> Claim {
+        let n = self.rx.waiting.len().min(BATCH);
+        if n == 0 {
+            return Claim::Nothing;
+        }
+        let Ok(mut batch) = KVec::with_capacity(n, GFP_ATOMIC) else {
+            return Claim::NoMemory;
+        };
+        let g = self.inner.lock();
+        if g.dead {
+            return Claim::Dead;
+        }
+        while batch.len() < n {
+            let Some(skb) = self.take_rx() else {
+                break;
+            };
+            // Within the capacity reserved above.
+            let _ = batch.push_within_capacity(Prepared { skb, checked: None });
+        }
+        if batch.is_empty() {
+            return Claim::Nothing;
+        }
+        let c = &self.dev.counters;
+        let counter = if help {
+            &c.rx_queue_help_pkts
+        } else {
+            &c.rx_queue_worker_pkts
+        };
+        Counters::add(counter, batch.len());
+        let ticket = self.rx.next_ticket.load(Ordering::Relaxed);
+        self.rx
+            .next_ticket
+            .store(ticket.wrapping_add(1), Ordering::Relaxed);
+        drop(g);
+        Claim::Batch(ticket, batch)
+    }
+
+    /// The batch whose turn it is, `n` packets, has been handed to the core (or dropped with
+    /// the QP). Under the QP lock.
+    pub(super) fn rx_handed_in(&self, n: usize) {
+        self.rx.held.fetch_sub(n, Ordering::Relaxed);
+        let next = self.rx.handed.load(Ordering::Relaxed).wrapping_add(1);
+        self.rx.handed.store(next, Ordering::Release);
+    }
+
+    /// Whether a batch is in hand (under the QP lock, or to wait for one without it).
+    pub(super) fn rx_in_hand(&self) -> bool {
+        self.rx.handed.load(Ordering::Acquire) != self.rx.next_ticket.load(Ordering::Relaxed)
     }
 
     /// Notes the requester's `max_rd_atomic`, for [`Self::queues_rx`]. Under the QP lock.
