@@ -127,8 +127,8 @@ counters! {
     /// Received packets a stream put in their QP's receive queue, for another CPU
     /// (`rx_spread`, see `qp::rx_queue`).
     rx_queued_pkts,
-    /// Queued packets its work item handled (the others were drained by a packet or verb
-    /// that came after them, or taken by the receiving CPU when the queue was full).
+    /// Queued packets its work item took (the others were drained by a packet or verb that
+    /// came after them, or taken by the receiving CPU when the queue was full).
     rx_queue_worker_pkts,
     /// Queued packets the receiving CPU took in a batch of its own because the queue was
     /// full (see `qp::rx_queue`).

@@ -65,8 +65,9 @@ pub struct DevShared {
     pub(crate) rx_queued: AtomicUsize,
 }
 
-/// Most packets the receive queues of one device's QPs hold together: past it, packets are
-/// handled as they arrive, and their QPs' queues are drained first.
+/// Most packets the receive queues of one device's QPs hold together: past it, a packet of a
+/// QP whose queue is empty is handled as it arrives, and one of a QP that holds packets joins
+/// its queue, the receiving CPU then handling a batch of them (one more packet a CPU at most).
 pub const MAX_RX_QUEUED: usize = 1024;
 
 /// Most user AHs per device.

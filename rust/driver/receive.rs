@@ -169,8 +169,8 @@ fn inbound(dev: &DevShared, skb: &mut Skb, direct_only: bool) -> Option<Inbound>
 }
 
 /// Processes one packet that arrived on a port of `dev` (softirq context). A bulk packet of a
-/// stream may go to its QP's receive queue instead, ICRC unchecked: the queue's work item
-/// checks it before anything acts on it ([`queued`]).
+/// stream may go to its QP's receive queue instead, ICRC unchecked: whoever takes it from
+/// there checks it before anything acts on it ([`queued`]).
 pub fn packet(dev: &DevShared, mut skb: Skb) {
     let burst = skb.more_follow();
     let Some(p) = inbound(dev, &mut skb, false) else {

@@ -333,7 +333,8 @@ impl QpShared {
     }
 
     /// The common driving loop: process context or softirq (received packets are handled
-    /// inline, as the UDP layer hands them over). Never sleeps. Returns whether a route lookup
+    /// inline, as the UDP layer hands them over). Never sleeps; may spin while batches of
+    /// received packets are in hand on other CPUs ([`Self::lock_in_order`]). Returns whether a route lookup
     /// is due (the work item it schedules does it; a process-context caller may do it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
         let doorbell = matches!(entry, Entry::Doorbell);
@@ -341,7 +342,9 @@ impl QpShared {
             let mut g = self.lock_in_order(&entry);
             if g.dead {
                 if let Entry::RxBatch(batch) = entry {
-                    Counters::add(&self.dev.counters.rx_no_qp, batch.len());
+                    // Those that failed the check are counted already.
+                    let gone = batch.iter().filter(|p| p.checked.is_some()).count();
+                    Counters::add(&self.dev.counters.rx_no_qp, gone);
                     self.rx_handed_in(batch.len());
                 }
                 return false;
@@ -383,15 +386,22 @@ impl QpShared {
     /// (they came before); a batch whose turn it is, a doorbell or a port change does not.
     fn lock_in_order(&self, entry: &Entry<'_>) -> Guard<'_, QpInner, IrqSpinLockBackend> {
         let waits = !matches!(entry, Entry::RxBatch(_) | Entry::Doorbell | Entry::Ports);
+        let g = self.inner.lock();
+        if !waits || g.dead || !self.rx_in_hand() {
+            return g;
+        }
+        // No batch is taken while this waits ([`Self::rx_wait`]), so the wait ends once the
+        // batches in hand are in: each holder runs with bottom halves off, on another CPU.
+        self.rx_wait(true);
+        drop(g);
         loop {
-            let g = self.inner.lock();
-            if !waits || g.dead || !self.rx_in_hand() {
-                return g;
-            }
-            drop(g);
-            // Their holders run with bottom halves off, on other CPUs: not for long.
             while self.rx_in_hand() {
                 core::hint::spin_loop();
+            }
+            let g = self.inner.lock();
+            if g.dead || !self.rx_in_hand() {
+                self.rx_wait(false);
+                return g;
             }
         }
     }
@@ -460,8 +470,8 @@ impl QpShared {
             self.rx_handed_in(batch.len());
         }
         // Packets in the receive queue arrived before this packet, verb or timer expiry: they
-        // go first (all of them), or a batch of them for the queue's work item. A response
-        // waiting there when the transport timer fires is progress, not a timeout.
+        // go first (all of them), or a batch of them when none could be taken in hand. A
+        // response waiting there when the transport timer fires is progress, not a timeout.
         let drain = match entry {
             Entry::Packet(..) | Entry::Unsupported(..) | Entry::Modify(..) | Entry::Work => {
                 usize::MAX
@@ -622,6 +632,7 @@ fn destroy(qp: Arc<QpShared>) {
     let (timer, sq, rq) = {
         let mut g = qp.inner.lock();
         g.dead = true;
+        qp.rx_close();
         (g.timers.shut_down(), g.user.sq.take(), g.user.rq.take())
     };
     // Cancels the timer (and drops its reference) outside the lock.
@@ -635,9 +646,10 @@ fn destroy(qp: Arc<QpShared>) {
     // period no receive path holds a reference taken before the QP left the table, and none
     // queues a packet or the receive queue's work any more.
     crate::sync::rcu::synchronize();
-    // The receive queue's two work items queue each other, but only from a drive that began
-    // before `dead` was set: once each has been waited for, what is left is at most the urgent
-    // one's timer, armed by the other (and what it drives finds the QP dead).
+    // The receive queue's two work items queue each other, but only from a run that looked
+    // before `dead` was set (and the queue closed with it): once each has been waited for,
+    // what is left is at most the urgent one's timer, armed by the other (and what it runs
+    // finds the QP dead).
     workqueue::flush_delayed_work::<_, 5>(&*qp);
     workqueue::flush_work::<_, 4>(&*qp);
     workqueue::flush_delayed_work::<_, 5>(&*qp);

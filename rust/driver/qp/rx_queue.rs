@@ -25,7 +25,7 @@
 //!   the lock, then handed to the core under the lock in ticket order, so two CPUs may check
 //!   two batches at once;
 //! - while a batch is in hand, whoever would handle a received packet otherwise, or drain the
-//!   queue, waits for it first ([`QpShared::lock_in_order`]).
+//!   queue, waits for it first, and no batch is taken meanwhile ([`QpShared::lock_in_order`]).
 //!
 //! When the queue is full, the softirq queues its packet and handles a batch itself (the
 //! oldest packets waiting), so the sender's CPU is held back by the work it takes on: that is
@@ -58,7 +58,7 @@ const BULK: usize = 512;
 const STREAM: u32 = 4;
 /// Most packets one QP's receive queue holds.
 const MAX_QUEUED: usize = 64;
-/// Packets the work item handles per hold of the QP lock.
+/// Packets a batch takes from the queue (see the module's docs).
 pub(super) const BATCH: usize = 16;
 /// How long packets may wait in the queue before they are handled at high priority: well below
 /// the shortest Local ACK Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long
@@ -88,12 +88,25 @@ pub(crate) struct RxQueue {
     /// The ticket of the next batch to hand in: batches before it have been handed to the
     /// core, and none is in hand when it equals `next_ticket`. Changed under the QP lock only.
     handed: AtomicU32,
+    /// Entries waiting for the batches in hand ([`QpShared::lock_in_order`]): no batch is
+    /// taken meanwhile, so that their wait ends. Changed under the QP lock only.
+    waiters: AtomicU32,
+    /// The QP is being destroyed: its work items do not queue each other any more. Set under
+    /// the QP lock, with its `dead`.
+    closed: AtomicBool,
 }
 
+// A batch's holder must not be preempted by what waits for it: bottom halves off keep it on
+// its CPU to the end, which PREEMPT_RT does not.
+#[cfg(CONFIG_PREEMPT_RT)]
+compile_error!("rvrdma's receive queues need bottom halves off to disable preemption");
+
 /// A packet taken from the queue in a batch: checked outside the QP lock, handed to the core
-/// under it. `checked` is `None` until it is checked, and after for a packet to drop.
+/// under it.
 pub(super) struct Prepared {
+    /// The packet.
     pub(super) skb: Skb,
+    /// What the check found: `None` until it is checked, and after for a packet to drop.
     pub(super) checked: Option<Checked>,
 }
 
@@ -105,8 +118,9 @@ enum Claim {
     Nothing,
     /// The QP is being destroyed: its packets are dropped there.
     Dead,
-    /// No memory for a batch.
-    NoMemory,
+    /// No batch now (no memory for one, or an entry waits for the batches in hand): the
+    /// packets are to be taken under the lock, one by one.
+    UnderLock,
 }
 
 impl RxQueue {
@@ -119,6 +133,8 @@ impl RxQueue {
             held: AtomicUsize::new(0),
             next_ticket: AtomicU32::new(0),
             handed: AtomicU32::new(0),
+            waiters: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
         })
     }
 }
@@ -132,10 +148,11 @@ impl WorkItem<4> for QpShared {
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
         // bottom halves come back on. They stay off from a batch's claim to its hand-in, so
         // that nothing that runs on this CPU meanwhile can wait for it.
-        let live = crate::sync::bh::with_bh_disabled(|| this.handle_rx_batch(false));
-        if live && this.rx_waiting() {
-            this.schedule_rx(None);
-        }
+        crate::sync::bh::with_bh_disabled(|| {
+            if this.handle_rx_batch(false) && this.rx_waiting() {
+                this.schedule_rx(None);
+            }
+        });
     }
 }
 
@@ -147,13 +164,19 @@ impl WorkItem<5> for QpShared {
             return;
         }
         Counters::inc(&this.dev.counters.rx_queue_urgent_runs);
-        for _ in 0..URGENT_ROUNDS {
-            let live = crate::sync::bh::with_bh_disabled(|| this.handle_rx_batch(false));
-            if !live || !this.rx_waiting() {
+        for round in 1..=URGENT_ROUNDS {
+            let done = crate::sync::bh::with_bh_disabled(|| {
+                let live = this.handle_rx_batch(false);
+                let more = live && this.rx_waiting();
+                if more && round == URGENT_ROUNDS {
+                    this.schedule_rx(None);
+                }
+                !more
+            });
+            if done {
                 return;
             }
         }
-        this.schedule_rx(None);
     }
 }
 
@@ -295,14 +318,13 @@ impl QpShared {
                 // The skbs are freed here, after the lock.
             }
             // Each packet is checked under the lock as it is taken.
-            Claim::NoMemory => {
+            Claim::UnderLock => {
                 let _ = self.drive(Entry::RxQueue(help));
-                return !self.inner.lock().dead;
             }
             Claim::Nothing => {}
             Claim::Dead => return false,
         }
-        true
+        !self.rx.closed.load(Ordering::Relaxed)
     }
 
     /// Takes up to a batch of waiting packets in hand, with a ticket (under the QP lock).
@@ -312,17 +334,20 @@ impl QpShared {
             return Claim::Nothing;
         }
         let Ok(mut batch) = KVec::with_capacity(n, GFP_ATOMIC) else {
-            return Claim::NoMemory;
+            return Claim::UnderLock;
         };
         let g = self.inner.lock();
         if g.dead {
             return Claim::Dead;
         }
-        while batch.len() < n {
+        if self.rx.waiters.load(Ordering::Relaxed) > 0 {
+            return Claim::UnderLock;
+        }
+        // A packet is taken only where a slot is free, so the push cannot fail.
+        while batch.len() < n.min(batch.capacity()) {
             let Some(skb) = self.take_rx() else {
                 break;
             };
-            // Within the capacity reserved above.
             let _ = batch.push_within_capacity(Prepared { skb, checked: None });
         }
         if batch.is_empty() {
@@ -349,6 +374,26 @@ impl QpShared {
         self.rx.held.fetch_sub(n, Ordering::Relaxed);
         let next = self.rx.handed.load(Ordering::Relaxed).wrapping_add(1);
         self.rx.handed.store(next, Ordering::Release);
+    }
+
+    /// Counts an entry that waits for the batches in hand (`true`), or one that is done
+    /// waiting. Under the QP lock.
+    pub(super) fn rx_wait(&self, start: bool) {
+        let w = &self.rx.waiters;
+        let n = w.load(Ordering::Relaxed);
+        w.store(
+            if start {
+                n.wrapping_add(1)
+            } else {
+                n.wrapping_sub(1)
+            },
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Marks the queue closed: the QP is being destroyed. Under the QP lock, with `dead`.
+    pub(super) fn rx_close(&self) {
+        self.rx.closed.store(true, Ordering::Relaxed);
     }
 
     /// Whether a batch is in hand (under the QP lock, or to wait for one without it).
