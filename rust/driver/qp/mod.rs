@@ -334,8 +334,9 @@ impl QpShared {
 
     /// The common driving loop: process context or softirq (received packets are handled
     /// inline, as the UDP layer hands them over). Never sleeps; may spin while batches of
-    /// received packets are in hand on other CPUs ([`Self::lock_in_order`]). Returns whether a route lookup
-    /// is due (the work item it schedules does it; a process-context caller may do it first).
+    /// received packets are in hand on other CPUs ([`Self::lock_in_order`]). Returns whether a
+    /// route lookup is due (the work item it schedules does it; a process-context caller may do
+    /// it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
         let doorbell = matches!(entry, Entry::Doorbell);
         let (pending, more, route, fault, elsewhere) = {
