@@ -6,19 +6,20 @@
 //! which costs latency): parse the IP and UDP headers, check the ICRC, decode the transport
 //! headers, find the QP and run the protocol core under the QP lock. Only a stream's bulk
 //! packets may go to their QP's receive queue instead, to be handled on another CPU, in order
-//! (`qp/rx_queue.rs`). Anything malformed is counted and dropped: a remote peer can only make
-//! us drop packets.
+//! (`qp/rx_queue.rs`); that is decided on a glance at the BTH, and such a packet is decoded
+//! and checked where it is handled. Anything malformed is counted and dropped: a remote peer
+//! can only make us drop packets.
 
 use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
 use super::qp::QpShared;
-use crate::net::roce::{IcrcAt, UDP_HLEN};
+use crate::net::roce::{IcrcAt, RoceRx, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
 use crate::rvcore::wire::bth::{RawBth, MULTICAST_QPN};
-use crate::rvcore::wire::{DecodeError, Headers};
+use crate::rvcore::wire::{DecodeError, Glance, Headers};
 use core::ops::Range;
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
@@ -43,15 +44,13 @@ impl RxListener for DevShared {
     }
 }
 
-/// A received packet's headers, parsed, with nothing borrowed from its skb (so that the ICRC
-/// check, [`Inbound::icrc_ok`], may mask the packet's headers in place); the payload is
-/// [`Inbound::payload`]. Offsets are into the data of the skb parsed, which stays at the IP
-/// header (nothing after [`inbound`] pulls or pushes it).
+/// A packet handled at once: its headers, parsed, with nothing borrowed from its skb (so that
+/// the ICRC check, [`Inbound::icrc_ok`], may mask the packet's headers in place); the payload
+/// is [`Inbound::payload`]. Offsets are into the data of the skb parsed, which stays at the IP
+/// header (nothing after [`decode`] pulls or pushes it).
 struct Inbound {
     /// The port it arrived for (1-based).
     port: u8,
-    /// Whether it arrived on the port's own netdev (not over a loopback device).
-    direct: bool,
     /// The transport headers, and where the payload lies in the skb's data.
     decoded: Result<(Headers, Range<usize>), DecodeError>,
     /// The BTH of an opcode the decoder does not know.
@@ -78,8 +77,7 @@ impl Inbound {
         ok
     }
 
-    /// The path it arrived on (`data`: the data of the skb parsed). Worked out only for a
-    /// packet handled here: a queued one is parsed again where it is handled.
+    /// The path it arrived on (`data`: the data of the skb parsed).
     fn path_match(&self, data: &[u8]) -> PathMatch {
         let ip = data.get(..self.ip_hlen).unwrap_or(&[]);
         PathMatch {
@@ -102,11 +100,10 @@ impl Inbound {
     }
 }
 
-/// Parses a packet's IP, UDP and transport headers, without the ICRC. With `direct_only`, only
-/// a packet that arrived on a port's netdev is taken (the check then needs no RCU read side).
-/// What is not for a port, or malformed, is counted and `None`.
-fn inbound(dev: &DevShared, skb: &mut Skb, direct_only: bool) -> Option<Inbound> {
-    let c = &dev.counters;
+/// The port a packet arrived for (1-based), and whether it arrived on that port's own netdev.
+/// With `direct_only`, only a packet that arrived on a port's netdev is taken (the check then
+/// needs no RCU read side). What is for no port is counted and `None`.
+fn port_of(dev: &DevShared, skb: &Skb, direct_only: bool) -> Option<(u8, bool)> {
     let on_port = |direct: bool| {
         dev.ports.iter().position(|p| {
             if direct {
@@ -121,17 +118,30 @@ fn inbound(dev: &DevShared, skb: &mut Skb, direct_only: bool) -> Option<Inbound>
         None if direct_only => (usize::MAX, false),
         None => (on_port(false).unwrap_or(usize::MAX), false),
     };
-    let Ok(port) = u8::try_from(i + 1) else {
-        Counters::inc(&c.rx_malformed);
-        return None;
-    };
-    let rx = match skb.parse_roce_headers() {
-        Ok(rx) => rx,
+    match u8::try_from(i + 1) {
+        Ok(port) => Some((port, direct)),
+        Err(_) => {
+            Counters::inc(&dev.counters.rx_malformed);
+            None
+        }
+    }
+}
+
+/// A packet's IP and UDP headers, parsed ([`Skb::parse_roce_headers`]); a malformed packet is
+/// counted and `None`.
+fn ip_udp<'a>(c: &Counters, skb: &'a mut Skb) -> Option<RoceRx<'a>> {
+    match skb.parse_roce_headers() {
+        Ok(rx) => Some(rx),
         Err(_) => {
             Counters::inc(&c.rx_malformed);
-            return None;
+            None
         }
-    };
+    }
+}
+
+/// Decodes the transport headers of a packet whose IP and UDP headers are `rx`, without the
+/// ICRC. What is malformed is counted and `None`.
+fn decode(c: &Counters, port: u8, rx: &RoceRx<'_>) -> Option<Inbound> {
     // The payload's place in the skb's data, which starts at the IP header.
     let base = rx.ip_header.len() + UDP_HLEN;
     let decoded = Headers::decode(rx.udp_payload).map(|(h, r)| (h, r.start + base..r.end + base));
@@ -145,18 +155,12 @@ fn inbound(dev: &DevShared, skb: &mut Skb, direct_only: bool) -> Option<Inbound>
         (Ok((h, _)), _) => h.bth.dest_qp,
         (Err(_), Some(b)) => b.dest_qp,
         (Err(_), None) => {
-            // A corrupted packet counts as what it most likely is.
-            if rx.icrc_ok() {
-                Counters::inc(&c.rx_malformed);
-            } else {
-                Counters::inc(&c.icrc_errors);
-            }
+            count_bad(c, rx);
             return None;
         }
     };
     Some(Inbound {
         port,
-        direct,
         decoded,
         raw,
         dest_qp,
@@ -168,26 +172,50 @@ fn inbound(dev: &DevShared, skb: &mut Skb, direct_only: bool) -> Option<Inbound>
     })
 }
 
+/// The QP a packet for `qpn` goes to, on `port`; `None` for the multicast QPN.
+fn qp_for(dev: &DevShared, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
+    match qpn {
+        MULTICAST_QPN => None,
+        qpn => dev.qp(qpn, port),
+    }
+}
+
 /// Processes one packet that arrived on a port of `dev` (softirq context). A bulk packet of a
-/// stream may go to its QP's receive queue instead, ICRC unchecked: whoever takes it from
-/// there checks it before anything acts on it ([`queued`]).
+/// stream may go to its QP's receive queue instead, on a glance at its BTH, its other headers
+/// undecoded and its ICRC unchecked: whoever takes it from there decodes and checks it before
+/// anything acts on it ([`queued`]).
 pub fn packet(dev: &DevShared, mut skb: Skb) {
     let burst = skb.more_follow();
-    let Some(p) = inbound(dev, &mut skb, false) else {
+    let c = &dev.counters;
+    let Some((port, direct)) = port_of(dev, &skb, false) else {
         return;
     };
-    let qp = match p.dest_qp {
-        MULTICAST_QPN => None,
-        qpn => dev.qp(qpn, p.port),
+    let Some(rx) = ip_udp(c, &mut skb) else {
+        return;
     };
-    let to = match (&qp, p.payload(skb.data())) {
-        (Some(qp), Ok((h, payload))) if p.direct => qp.queues_rx(h, payload, burst),
-        _ => None,
+    // Only a packet that arrived on the port's own netdev is queued (`queued` takes no other).
+    let glance = if direct {
+        Glance::of(rx.udp_payload)
+    } else {
+        None
     };
-    match (qp, to) {
-        (Some(qp), Some(to)) => qp.queue_rx(skb, to),
-        (qp, _) => deliver(dev, p, &mut skb, qp),
+    let mut qp = None;
+    if let Some(g) = &glance {
+        qp = qp_for(dev, g.dest_qp, port);
+        if let Some(q) = &qp {
+            if let Some(to) = q.queues_rx(g, burst) {
+                q.queue_rx(skb, to);
+                return;
+            }
+        }
     }
+    let Some(p) = decode(c, port, &rx) else {
+        return;
+    };
+    if glance.is_none() {
+        qp = qp_for(dev, p.dest_qp, port);
+    }
+    deliver(dev, p, &mut skb, qp);
 }
 
 /// Handles a packet at once: checks its ICRC and hands it to its QP (or multicast group).
@@ -233,25 +261,47 @@ impl Checked {
     }
 }
 
-/// A packet taken from a QP's receive queue, for that QP: parsed again and its ICRC checked
-/// (only a packet whose headers decoded, and that arrived on a port's netdev, is queued).
-/// `None` when it is to be dropped (counted). Any context, no lock needed.
+/// A packet taken from a QP's receive queue, for that QP: its headers decoded and its ICRC
+/// checked (only a packet that arrived on a port's netdev is queued). `None` when it is to be
+/// dropped (counted). Any context, no lock needed. Built in one piece, without an [`Inbound`]:
+/// every packet of a stream comes this way, and each move of the headers is a `memcpy`.
 pub(crate) fn queued(dev: &DevShared, skb: &mut Skb) -> Option<Checked> {
     let c = &dev.counters;
-    let p = inbound(dev, skb, true)?;
-    if !p.icrc_ok(skb, c) {
+    let (port, _) = port_of(dev, skb, true)?;
+    let rx = ip_udp(c, skb)?;
+    let base = rx.ip_header.len() + UDP_HLEN;
+    let Ok((h, range)) = Headers::decode(rx.udp_payload) else {
+        count_bad(c, &rx);
+        return None;
+    };
+    let pm = PathMatch {
+        port_num: port,
+        sgid: rx.src_gid,
+        dgid: rx.dst_gid,
+        net: NetHeader::from_ip_header(rx.ip_header).unwrap_or_default(),
+    };
+    let icrc = rx.icrc_at();
+    let ip_len = base + rx.udp_payload.len();
+    let payload = range.start + base..range.end + base;
+    if !skb.icrc_ok(&icrc) {
+        Counters::inc(&c.icrc_errors);
         return None;
     }
-    count_rcvd(c, p.ip_len);
-    let pm = p.path_match(skb.data());
-    match p.decoded {
-        Ok((h, payload)) if skb.data().get(payload.clone()).is_some() => {
-            Some(Checked { h, payload, pm })
-        }
-        _ => {
-            Counters::inc(&c.rx_malformed);
-            None
-        }
+    if skb.data().len() < payload.end {
+        Counters::inc(&c.rx_malformed);
+        return None;
+    }
+    count_rcvd(c, ip_len);
+    Some(Checked { h, payload, pm })
+}
+
+/// Counts a packet whose transport headers do not decode as what it most likely is: a
+/// corrupted packet (its ICRC is wrong) or a malformed one.
+fn count_bad(c: &Counters, rx: &RoceRx<'_>) {
+    if rx.icrc_ok() {
+        Counters::inc(&c.rx_malformed);
+    } else {
+        Counters::inc(&c.icrc_errors);
     }
 }
 

@@ -290,33 +290,62 @@ pub struct Unmask {
 /// the bytes the ICRC does not cover, so that one CRC pass over `pkt` from [`ICRC_SEED`]
 /// computes it; `None` (nothing changed) when `pkt` is too short.
 pub fn mask_in_place(pkt: &mut [u8], ipv4: bool) -> Option<Unmask> {
-    let ip_len = if ipv4 {
-        IPV4_HEADER_LEN
+    // On fixed-size headers with the constant tables, the loops unroll without bounds checks:
+    // this runs twice for every packet sent or received.
+    let saved = if ipv4 {
+        mask_fixed(fixed_mut::<{ IPV4_FIXED }>(pkt)?, &MASKED_V4)
     } else {
-        IPV6_HEADER_LEN
+        mask_fixed(fixed_mut::<{ IPV6_FIXED }>(pkt)?, &MASKED_V6)
     };
-    if pkt.len() < ip_len + UDP_HEADER_LEN + BTH_LEN {
-        return None;
-    }
-    let masked: &[(usize, u8)] = if ipv4 { &MASKED_V4 } else { &MASKED_V6 };
+    Some(Unmask { saved, ipv4 })
+}
+
+/// Bytes from the IP header to the end of the BTH, over IPv4 and over IPv6.
+const IPV4_FIXED: usize = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
+const IPV6_FIXED: usize = IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
+
+/// The first `N` bytes of `pkt`, or `None` when it is shorter.
+fn fixed_mut<const N: usize>(pkt: &mut [u8]) -> Option<&mut [u8; N]> {
+    pkt.get_mut(..N)?.try_into().ok()
+}
+
+/// Masks the bytes `masked` lists in `h` and returns their values before.
+fn mask_fixed<const N: usize, const M: usize>(
+    h: &mut [u8; N],
+    masked: &[(usize, u8); M],
+) -> [u8; MASKED_V6.len()] {
     let mut saved = [0u8; MASKED_V6.len()];
     for ((at, bits), keep) in masked.iter().zip(saved.iter_mut()) {
-        if let Some(b) = pkt.get_mut(*at) {
+        if let Some(b) = h.get_mut(*at) {
             *keep = *b;
             *b |= bits;
         }
     }
-    Some(Unmask { saved, ipv4 })
+    saved
+}
+
+/// Puts back in `h` the bytes `masked` lists, from `saved`.
+fn unmask_fixed<const N: usize, const M: usize>(
+    h: &mut [u8; N],
+    masked: &[(usize, u8); M],
+    saved: &[u8; MASKED_V6.len()],
+) {
+    for ((at, _), keep) in masked.iter().zip(saved.iter()) {
+        if let Some(b) = h.get_mut(*at) {
+            *b = *keep;
+        }
+    }
 }
 
 impl Unmask {
     /// Puts back the bytes [`mask_in_place`] masked in `pkt`.
     pub fn restore(self, pkt: &mut [u8]) {
-        let masked: &[(usize, u8)] = if self.ipv4 { &MASKED_V4 } else { &MASKED_V6 };
-        for ((at, _), keep) in masked.iter().zip(self.saved.iter()) {
-            if let Some(b) = pkt.get_mut(*at) {
-                *b = *keep;
+        if self.ipv4 {
+            if let Some(h) = fixed_mut::<{ IPV4_FIXED }>(pkt) {
+                unmask_fixed(h, &MASKED_V4, &self.saved);
             }
+        } else if let Some(h) = fixed_mut::<{ IPV6_FIXED }>(pkt) {
+            unmask_fixed(h, &MASKED_V6, &self.saved);
         }
     }
 }

@@ -10,8 +10,8 @@ use rvrdma_core::psn::{
     PSN_MASK,
 };
 use rvrdma_core::wire::{
-    pad_count, Aeth, AtomicAckEth, AtomicEth, Bth, DecodeError, Deth, Feth, Headers, Ieth, ImmDt,
-    Opcode, Reth, Syndrome, ICRC_LEN,
+    pad_count, Aeth, AtomicAckEth, AtomicEth, Bth, DecodeError, Deth, Feth, Glance, Headers, Ieth,
+    ImmDt, Opcode, Operation, Reth, Syndrome, ICRC_LEN,
 };
 
 fn arb_opcode() -> impl Strategy<Value = Opcode> {
@@ -152,12 +152,25 @@ proptest! {
             let n = pkt.len();
             pkt.truncate(cut.index(n + 1));
         }
+        let glance = Glance::of(&pkt);
         match Headers::decode(&pkt) {
             Ok((d, range)) => {
                 prop_assert!(d.is_consistent());
                 prop_assert!(range.end + ICRC_LEN <= pkt.len());
+                // Wherever the decoder succeeds, the receive path's glance agrees with it.
+                let g = glance.unwrap();
+                prop_assert_eq!(g.opcode, d.bth.opcode);
+                prop_assert_eq!(g.dest_qp, d.bth.dest_qp);
+                let bulk = match (d.info().operation, d.reth) {
+                    (Operation::RdmaReadRequest, Some(r)) => r.dma_len as usize,
+                    _ => range.len(),
+                };
+                prop_assert_eq!(g.bulk_len, bulk);
             }
-            Err(DecodeError::UnknownOpcode(op)) => prop_assert_eq!(Some(op), pkt.first().copied()),
+            Err(DecodeError::UnknownOpcode(op)) => {
+                prop_assert_eq!(Some(op), pkt.first().copied());
+                prop_assert!(glance.is_none());
+            }
             Err(_) => {}
         }
     }

@@ -47,7 +47,7 @@ use super::{Entry, QpShared};
 use crate::driver::receive::{self, Checked};
 use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
-use crate::rvcore::wire::{opcode::Operation, Headers};
+use crate::rvcore::wire::{opcode::Operation, Glance};
 use crate::sync::workqueue;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
@@ -191,25 +191,17 @@ pub(crate) enum RxTarget {
     Help,
 }
 
-/// The bytes handling a received packet moves: its payload, or for an RDMA Read request the
-/// bytes of the responses it asks for.
-fn bulk_len(h: &Headers, payload: &[u8]) -> usize {
-    match (h.bth.opcode.info().operation, h.reth) {
-        (Operation::RdmaReadRequest, Some(r)) => r.dma_len as usize,
-        _ => payload.len(),
-    }
-}
-
 impl QpShared {
     /// Whether a received packet goes to the receive queue, and where its work item runs:
     /// always while the queue holds packets or a batch is in hand (the order), this CPU
     /// handling a batch when it is full ([`RxTarget::Help`]); else on an RC QP with the device's
-    /// `rx_spread` switch on, when it is bulk ([`bulk_len`]), not a Read response of a QP with
-    /// one Read in flight at a time, and either a stream is arriving
-    /// (packets wait in the backlog behind it, or more of its burst follow: `burst`) or it is a
-    /// request whose response this CPU could not send at once; an empty queue never past the
-    /// device's limit (`None`: the caller handles it at once). Softirq context.
-    pub(crate) fn queues_rx(&self, h: &Headers, payload: &[u8], burst: bool) -> Option<RxTarget> {
+    /// `rx_spread` switch on, when it is bulk ([`Glance::bulk_len`]), not a Read response of a
+    /// QP with one Read in flight at a time, and either a stream is arriving (packets wait in
+    /// the backlog behind it, or more of its burst follow: `burst`) or it is a request whose
+    /// response this CPU could not send at once; an empty queue never past the device's limit
+    /// (`None`: the caller handles it at once). Decided on a glance at the packet's BTH `g`.
+    /// Softirq context.
+    pub(crate) fn queues_rx(&self, g: &Glance, burst: bool) -> Option<RxTarget> {
         let full = self.rx.waiting.len() >= MAX_QUEUED
             || self.dev.rx_queued.load(Ordering::Relaxed) >= MAX_RX_QUEUED;
         if self.rx.held.load(Ordering::Relaxed) > 0 {
@@ -223,12 +215,12 @@ impl QpShared {
         if full {
             return None;
         }
-        if self.qp_type != IbQpType::Rc || !self.dev.rx_spread() || bulk_len(h, payload) < BULK {
+        if self.qp_type != IbQpType::Rc || !self.dev.rx_spread() || g.bulk_len < BULK {
             return None;
         }
         // The responses of a QP that has one Read in flight at a time: nothing overlaps with
         // their handling, so a hand-off would only lengthen the Read's round trip.
-        if h.bth.opcode.info().operation == Operation::RdmaReadResponse
+        if g.opcode.info().operation == Operation::RdmaReadResponse
             && !self.rx.reads_overlap.load(Ordering::Relaxed)
         {
             return None;
@@ -236,7 +228,7 @@ impl QpShared {
         // A request whose response could not leave from here until another CPU's backlog has
         // passed the last ones: handled on that CPU, where the response then leaves at once,
         // not by a worker thread there that may wait behind a busy task.
-        if h.bth.opcode.info().is_request {
+        if g.opcode.info().is_request {
             if let Some(cpu) = self.stream(false).held_elsewhere() {
                 return Some(RxTarget::Cpu(cpu));
             }

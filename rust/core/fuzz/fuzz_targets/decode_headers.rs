@@ -1,15 +1,28 @@
 //! Feeds arbitrary bytes (a UDP payload: BTH .. ICRC) to `Headers::decode`; whatever decodes must
 //! be consistent, re-encode to the same bytes (reserved bits aside) and decode again to the same
-//! value.
+//! value; the receive path's `Glance` at the same bytes must agree with it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rvrdma_core::wire::{Headers, ICRC_LEN};
+use rvrdma_core::wire::{DecodeError, Glance, Headers, Operation, ICRC_LEN};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok((h, range)) = Headers::decode(data) else {
-        return;
+    let glance = Glance::of(data);
+    let (h, range) = match Headers::decode(data) {
+        Ok(d) => d,
+        Err(DecodeError::UnknownOpcode(_)) => {
+            assert_eq!(glance, None);
+            return;
+        }
+        Err(_) => return,
     };
+    let g = glance.expect("a packet that decodes has a glance");
+    assert_eq!((g.opcode, g.dest_qp), (h.bth.opcode, h.bth.dest_qp));
+    let bulk = match (h.info().operation, h.reth) {
+        (Operation::RdmaReadRequest, Some(r)) => r.dma_len as usize,
+        _ => range.len(),
+    };
+    assert_eq!(g.bulk_len, bulk);
     assert!(h.is_consistent());
     assert!(range.start == h.encoded_len());
     assert!(range.start <= range.end && range.end + ICRC_LEN <= data.len());
@@ -27,6 +40,12 @@ fuzz_target!(|data: &[u8]| {
     expect[8] &= 0x80; // BTH: AckReq kept; resv7 cleared
     if h.deth.is_some() {
         expect[12 + 4] = 0; // DETH reserved byte
+    }
+    if h.feth.is_some() {
+        // FETH: all but Selectivity Level and Placement Type (the low six bits) reserved.
+        let at = 12 + if h.deth.is_some() { 8 } else { 0 };
+        expect[at..at + 3].fill(0);
+        expect[at + 3] &= 0x3F;
     }
     assert_eq!(&out[..n], &expect[..]);
 

@@ -1,0 +1,125 @@
+//! A glance at a received packet's BTH: what the receive path needs to choose where the packet
+//! is handled (at once, or queued to its QP), without decoding the rest of its headers. A packet
+//! that is queued has them decoded, and is checked in full, where it is handled.
+
+use super::bth::Bth;
+use super::opcode::{Opcode, Operation};
+use super::reth::Reth;
+use super::{read_array, read_u32, ICRC_LEN};
+
+/// What the first bytes of a packet's UDP payload tell of it. Only the BTH's length and the
+/// opcode are checked: [`super::Headers::decode`] still decides whether the packet is
+/// well-formed, and agrees with these fields whenever it succeeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Glance {
+    /// BTH:OpCode, one the decoder knows.
+    pub opcode: Opcode,
+    /// BTH:DestQP.
+    pub dest_qp: u32,
+    /// The bytes handling the packet moves: for an RDMA Read request the DMA length its RETH
+    /// asks for, else its payload's length (0 when the buffer is too short to hold one).
+    pub bulk_len: usize,
+}
+
+impl Glance {
+    /// Glances at `buf`, from the first byte of the BTH to the last byte of the ICRC. `None`
+    /// when it is shorter than a BTH or the opcode is unknown (the caller decodes such a
+    /// packet in full, to answer or count it).
+    pub fn of(buf: &[u8]) -> Option<Glance> {
+        let b: [u8; Bth::LEN] = read_array(buf, 0)?;
+        let opcode = Opcode::from_u8(b[0])?;
+        let info = opcode.info();
+        let bulk_len = if info.operation == Operation::RdmaReadRequest && info.has_reth {
+            // The RETH follows the BTH, after a DETH and a FETH when the opcode has them.
+            let off = Bth::LEN
+                + if info.has_deth { super::Deth::LEN } else { 0 }
+                + if info.has_feth { super::Feth::LEN } else { 0 };
+            read_u32(buf, off + Reth::LEN - 4).map_or(0, |n| n as usize)
+        } else {
+            let pad = usize::from((b[1] >> 4) & 0x3);
+            buf.len()
+                .saturating_sub(info.header_len + ICRC_LEN)
+                .saturating_sub(pad)
+        };
+        Some(Glance {
+            opcode,
+            dest_qp: u32::from_be_bytes([0, b[5], b[6], b[7]]),
+            bulk_len,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec;
+
+    use super::*;
+    use crate::psn::Psn;
+    use crate::wire::Headers;
+
+    fn packet(op: Opcode, reth_len: u32, payload: usize, pad: u8) -> std::vec::Vec<u8> {
+        let bth = Bth {
+            opcode: op,
+            solicited: false,
+            mig_req: false,
+            pad_count: pad,
+            tver: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12_3456,
+            ack_req: false,
+            psn: Psn::new(7),
+        };
+        let mut h = Headers::new(bth);
+        if op.info().has_reth {
+            h.reth = Some(Reth {
+                va: 0x1000,
+                rkey: 9,
+                dma_len: reth_len,
+            });
+        }
+        let mut buf = vec![0u8; op.info().header_len + payload + usize::from(pad) + ICRC_LEN];
+        h.encode(&mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn reads_opcode_dest_qp_and_payload_length() {
+        let buf = packet(Opcode::RcRdmaWriteMiddle, 0, 1024, 0);
+        let g = Glance::of(&buf).unwrap();
+        assert_eq!(
+            g,
+            Glance {
+                opcode: Opcode::RcRdmaWriteMiddle,
+                dest_qp: 0x12_3456,
+                bulk_len: 1024
+            }
+        );
+        // The pad bytes are not payload.
+        let buf = packet(Opcode::RcSendLast, 0, 1021, 3);
+        assert_eq!(Glance::of(&buf).unwrap().bulk_len, 1021);
+        let buf = packet(Opcode::RcRdmaWriteFirst, 4096, 512, 0);
+        assert_eq!(Glance::of(&buf).unwrap().bulk_len, 512);
+    }
+
+    #[test]
+    fn a_read_request_moves_its_dma_length() {
+        let buf = packet(Opcode::RcRdmaReadRequest, 65536, 0, 0);
+        assert_eq!(Glance::of(&buf).unwrap().bulk_len, 65536);
+        // Cut inside the RETH: nothing to move.
+        assert_eq!(Glance::of(&buf[..Bth::LEN + 8]).unwrap().bulk_len, 0);
+    }
+
+    #[test]
+    fn short_buffers_and_unknown_opcodes_get_no_glance() {
+        let buf = packet(Opcode::RcSendOnly, 0, 8, 0);
+        assert!(Glance::of(&buf[..Bth::LEN - 1]).is_none());
+        // Cut before its ICRC: no payload to move.
+        assert_eq!(Glance::of(&buf[..Bth::LEN + 2]).unwrap().bulk_len, 0);
+        let mut buf = buf;
+        buf[0] = 0x1F; // reserved in the RC range
+        assert!(Glance::of(&buf).is_none());
+    }
+}
