@@ -47,7 +47,7 @@ impl RxListener for DevShared {
 /// A packet handled at once: its headers, parsed, with nothing borrowed from its skb (so that
 /// the ICRC check, [`Inbound::icrc_ok`], may mask the packet's headers in place); the payload
 /// is [`Inbound::payload`]. Offsets are into the data of the skb parsed, which stays at the IP
-/// header (nothing after [`decode`] pulls or pushes it).
+/// header (nothing after [`ip_udp`] pulls or pushes it).
 struct Inbound {
     /// The port it arrived for (1-based).
     port: u8,

@@ -291,7 +291,7 @@ pub struct Unmask {
 /// computes it; `None` (nothing changed) when `pkt` is too short.
 pub fn mask_in_place(pkt: &mut [u8], ipv4: bool) -> Option<Unmask> {
     // On fixed-size headers with the constant tables, the loops unroll without bounds checks:
-    // this runs twice for every packet sent or received.
+    // this runs for every packet sent and every packet received, and the restore after it.
     let saved = if ipv4 {
         mask_fixed(fixed_mut::<{ IPV4_FIXED }>(pkt)?, &MASKED_V4)
     } else {
@@ -300,8 +300,9 @@ pub fn mask_in_place(pkt: &mut [u8], ipv4: bool) -> Option<Unmask> {
     Some(Unmask { saved, ipv4 })
 }
 
-/// Bytes from the IP header to the end of the BTH, over IPv4 and over IPv6.
+/// Bytes from the IP header to the end of the BTH, over IPv4.
 const IPV4_FIXED: usize = IPV4_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
+/// Bytes from the IP header to the end of the BTH, over IPv6.
 const IPV6_FIXED: usize = IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN;
 
 /// The first `N` bytes of `pkt`, or `None` when it is shorter.

@@ -9,7 +9,8 @@ use super::{read_array, read_u32, ICRC_LEN};
 
 /// What the first bytes of a packet's UDP payload tell of it. Only the BTH's length and the
 /// opcode are checked: [`super::Headers::decode`] still decides whether the packet is
-/// well-formed, and agrees with these fields whenever it succeeds.
+/// well-formed (a packet queued on its glance may still be dropped as malformed), and agrees
+/// with these fields whenever it succeeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Glance {
     /// BTH:OpCode, one the decoder knows.
@@ -17,7 +18,8 @@ pub struct Glance {
     /// BTH:DestQP.
     pub dest_qp: u32,
     /// The bytes handling the packet moves: for an RDMA Read request the DMA length its RETH
-    /// asks for, else its payload's length (0 when the buffer is too short to hold one).
+    /// asks for, else its payload's length (0 when the buffer is too short to hold one, or its
+    /// pad or payload is one the decoder refuses).
     pub bulk_len: usize,
 }
 
@@ -36,10 +38,16 @@ impl Glance {
                 + if info.has_feth { super::Feth::LEN } else { 0 };
             read_u32(buf, off + Reth::LEN - 4).map_or(0, |n| n as usize)
         } else {
+            // What the decoder would refuse moves nothing: a payload where the opcode has none,
+            // or a pad that does not fit or leaves payload + pad not a multiple of 4 (so a
+            // malformed packet is not queued on its size).
             let pad = usize::from((b[1] >> 4) & 0x3);
-            buf.len()
-                .saturating_sub(info.header_len + ICRC_LEN)
-                .saturating_sub(pad)
+            let rest = buf.len().saturating_sub(info.header_len + ICRC_LEN);
+            if !info.has_payload || pad > rest || rest & 3 != 0 {
+                0
+            } else {
+                rest - pad
+            }
         };
         Some(Glance {
             opcode,
@@ -102,6 +110,19 @@ mod tests {
         assert_eq!(Glance::of(&buf).unwrap().bulk_len, 1021);
         let buf = packet(Opcode::RcRdmaWriteFirst, 4096, 512, 0);
         assert_eq!(Glance::of(&buf).unwrap().bulk_len, 512);
+    }
+
+    #[test]
+    fn a_packet_the_decoder_refuses_moves_nothing() {
+        // Payload and pad not a multiple of 4.
+        let buf = packet(Opcode::RcRdmaWriteMiddle, 0, 1023, 0);
+        assert!(Headers::decode(&buf).is_err());
+        assert_eq!(Glance::of(&buf).unwrap().bulk_len, 0);
+        // A payload behind an opcode that carries none.
+        let mut buf = packet(Opcode::RcSendOnly, 0, 1024, 0);
+        buf[0] = Opcode::RcCompareSwap.as_u8();
+        assert!(Headers::decode(&buf).is_err());
+        assert_eq!(Glance::of(&buf).unwrap().bulk_len, 0);
     }
 
     #[test]
