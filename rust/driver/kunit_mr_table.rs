@@ -204,6 +204,45 @@ mod tests {
         })
     }
 
+    /// A `QpMemory` keeps the MR it found last, yet every access through it is checked as a
+    /// fresh lookup would be: a wrong key byte is refused, and so is an MR whose deregistration
+    /// has begun, before and after the table forgets it.
+    #[test]
+    fn last_mr_found_is_checked() -> Result {
+        let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
+        let a = bindable_mr(&table)?;
+        let b = bindable_mr(&table)?;
+        let inline = [0u8; 16];
+        let mut mem = QpMemory::new(&table, 7, 1, &inline);
+        let sge = |lkey| Sge {
+            addr: 0x1000,
+            length: 0x10,
+            lkey,
+        };
+        let (ka, kb) = (a.info().key, b.info().key);
+        let wrong = (ka & !0xff) | ((ka + 1) & 0xff);
+        for key in [ka, kb, ka] {
+            assert_eq!(mem.check_local(&[sge(key)], ACCESS_LOCAL_WRITE), Ok(()));
+        }
+        assert_eq!(
+            mem.check_local(&[sge(wrong)], ACCESS_LOCAL_WRITE),
+            Err(MemError::BadKey)
+        );
+        assert_eq!(mem.check_local(&[sge(ka)], ACCESS_LOCAL_WRITE), Ok(()));
+        assert_eq!(a.begin_dereg(), Ok(()));
+        assert_eq!(
+            mem.check_local(&[sge(ka)], ACCESS_LOCAL_WRITE),
+            Err(MemError::BadKey)
+        );
+        drop(table.remove(a.index()));
+        assert_eq!(
+            mem.check_local(&[sge(ka)], ACCESS_LOCAL_WRITE),
+            Err(MemError::BadKey)
+        );
+        assert_eq!(mem.check_local(&[sge(kb)], ACCESS_LOCAL_WRITE), Ok(()));
+        Ok(())
+    }
+
     fn window(table: &MrTable, kind: MwType) -> Result<Arc<RvrMw>> {
         table.insert_mw(|index, key| RvrMw::new(index, kind, 7, key))
     }

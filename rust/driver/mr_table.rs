@@ -265,9 +265,14 @@ impl RvrMr {
 
     /// Validates an access of `len` bytes at `va` with key `key` from PD `pd_id` needing
     /// `access`; returns the position in the MR's memory (DMA: `va` itself).
+    /// Fails once deregistration has begun, so that a [`QpMemory`] that still holds the MR
+    /// from an earlier lookup reaches no more than a fresh lookup would.
     fn check(&self, key: u32, pd_id: u32, va: u64, len: u64, access: u32) -> Result<u64, MemError> {
-        let i = self.info();
-        if i.key != key || self.pd_id != pd_id || i.state != MrState::Valid {
+        let (i, closing) = {
+            let l = self.info.lock();
+            (l.info, l.closing)
+        };
+        if i.key != key || self.pd_id != pd_id || i.state != MrState::Valid || closing {
             return Err(MemError::BadKey);
         }
         if i.access & access != access {
@@ -606,20 +611,6 @@ impl MrTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// Looks up `key` and checks an access (see [`RvrMr::check`]).
-    fn resolve(
-        &self,
-        key: u32,
-        pd_id: u32,
-        va: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        let mr = self.get(key_index(key)).ok_or(MemError::BadKey)?;
-        let pos = mr.check(key, pd_id, va, len, access)?;
-        Ok((mr, pos))
-    }
 }
 
 /// One resolved piece of an SGE list: the MR (`None`: inline area), the position in it and the
@@ -642,6 +633,11 @@ pub struct QpMemory<'a> {
     /// A range whose fault-in failed: an access to it that finds it not resident fails for
     /// real (the memory is gone, or never was writable).
     failed: Option<OdpFault>,
+    /// The MR the last lookup found, by table index. The packets of one batch mostly reach one
+    /// MR, and this spares each of them the table's lock; every access still checks the MR's
+    /// key, state and rights under its own lock ([`RvrMr::check`]). Held only as long as the
+    /// `QpMemory`, which lives for one locked section of a QP.
+    last: Cell<Option<(u32, Arc<RvrMr>)>>,
 }
 
 impl<'a> QpMemory<'a> {
@@ -655,6 +651,43 @@ impl<'a> QpMemory<'a> {
             inline,
             fault: Cell::new(None),
             failed: None,
+            last: Cell::new(None),
+        }
+    }
+
+    /// What table index `index` names: the MR the last lookup found if it is there, else the
+    /// table's entry (an MR found becomes the last one).
+    fn entry(&self, index: u32) -> Option<Entry> {
+        if let Some((i, mr)) = self.last.take() {
+            let hit = (i == index).then(|| mr.clone());
+            self.last.set(Some((i, mr)));
+            if let Some(mr) = hit {
+                return Some(Entry::Mr(mr));
+            }
+        }
+        let e = self.table.entry(index)?;
+        if let Entry::Mr(mr) = &e {
+            self.last.set(Some((index, mr.clone())));
+        }
+        Some(e)
+    }
+
+    /// Looks up the local key `key` (an MR's; a window's is no local key) and checks an access
+    /// of `len` bytes at `va` needing `access` ([`RvrMr::check`]). Returns the MR and the
+    /// position in its memory.
+    fn resolve_local(
+        &self,
+        key: u32,
+        va: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(Arc<RvrMr>, u64), MemError> {
+        match self.entry(key_index(key)).ok_or(MemError::BadKey)? {
+            Entry::Mr(mr) => {
+                let pos = mr.check(key, self.pd_id, va, len, access)?;
+                Ok((mr, pos))
+            }
+            Entry::Mw(_) => Err(MemError::BadKey),
         }
     }
 
@@ -720,7 +753,7 @@ impl<'a> QpMemory<'a> {
         len: u64,
         access: u32,
     ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        match self.table.entry(key_index(rkey)).ok_or(MemError::BadKey)? {
+        match self.entry(key_index(rkey)).ok_or(MemError::BadKey)? {
             Entry::Mr(mr) => {
                 let pos = mr.check(rkey, self.pd_id, va, len, access)?;
                 Ok((mr, pos))
@@ -754,7 +787,7 @@ impl<'a> QpMemory<'a> {
         let (mr, pos) = if remote {
             self.resolve_remote(key, va, len, access)?
         } else {
-            self.table.resolve(key, self.pd_id, va, len, access)?
+            self.resolve_local(key, va, len, access)?
         };
         if !mr.resident(pos, len, writes(access)) {
             return self.note(Err(MemError::NotPresent), &mr, pos, len, writes(access));
@@ -796,9 +829,7 @@ impl<'a> QpMemory<'a> {
                 }
                 (None, va, len)
             } else {
-                let (mr, pos) = self
-                    .table
-                    .resolve(s.lkey, self.pd_id, va, len as u64, access)?;
+                let (mr, pos) = self.resolve_local(s.lkey, va, len as u64, access)?;
                 (Some(mr), pos, len)
             };
             *pieces.get_mut(n).ok_or(MemError::OutOfBounds)? = Some(piece);

@@ -10,7 +10,7 @@ use super::timers::QpTimers;
 use super::transmit;
 use super::{Pending, QpShared};
 use crate::driver::counters::Counters;
-use crate::driver::mr_table::OdpFault;
+use crate::driver::mr_table::{OdpFault, QpMemory};
 use crate::ib::queue::Ring;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::{
@@ -26,7 +26,9 @@ pub(crate) struct QpOut<'a> {
     can_send: bool,
     timers: &'a mut QpTimers,
     pending: &'a mut Pending,
-    inline: &'a [u8],
+    /// The memory packets' payloads are gathered from (the QP's MRs and its inline area `inline`
+    /// of [`QpOut::new`]), one for every packet the section builds.
+    mem: QpMemory<'a>,
     /// Routes by path; `None` where the caller cannot transmit.
     routes: Option<&'a RouteCache>,
     /// Set when a packet was dropped for want of a route, which only a lookup outside the lock
@@ -55,7 +57,7 @@ impl<'a> QpOut<'a> {
             can_send,
             timers,
             pending,
-            inline,
+            mem: QpMemory::new(&qp.dev.mrs, qp.pd_id, qp.qpn, inline),
             routes,
             need_route: false,
             missing_route: None,
@@ -103,7 +105,7 @@ impl Outputs for QpOut<'_> {
         let (built, need_route) = transmit::build(
             self.qp,
             routes,
-            self.inline,
+            &self.mem,
             path,
             headers,
             payload,

@@ -99,8 +99,8 @@ pub(super) fn port_down(qp: &QpShared, routes: &routes::RouteCache, path: &PathI
         && routes::stored(routes, path).is_none_or(|r| r.leaves_by(ndev))
 }
 
-/// Builds the RoCEv2 packet of `headers` and `payload` (gathered from the QP's memory, or from
-/// `inline` for inline sends) on `path`, with the route stored in `routes`: `None` if it cannot
+/// Builds the RoCEv2 packet of `headers` and `payload` (gathered from `mem`: the QP's MRs, or its
+/// inline area for inline sends) on `path`, with the route stored in `routes`: `None` if it cannot
 /// be built. Also returns whether a route lookup is due (none is stored for the path, or the
 /// stored one is stale: it still carries the packet). A payload in on-demand-paging memory that
 /// is no longer resident (invalidated since the WQE or request was checked) leaves the packet
@@ -108,7 +108,7 @@ pub(super) fn port_down(qp: &QpShared, routes: &routes::RouteCache, path: &PathI
 pub(super) fn build(
     qp: &QpShared,
     routes: &routes::RouteCache,
-    inline: &[u8],
+    mem: &QpMemory<'_>,
     path: &PathInfo,
     headers: &Headers,
     payload: PayloadSource<'_>,
@@ -138,12 +138,11 @@ pub(super) fn build(
         return (None, true);
     };
     let stale = !route.is_valid();
-    let mem = QpMemory::new(&qp.dev.mrs, qp.pd_id, qp.qpn, inline);
     let built = tx::build_routed(tun, route, &params, len, |buf| {
         let n = h.encode(buf).map_err(|_| EINVAL)?;
         let rest = buf.get_mut(n..).ok_or(EINVAL)?;
         let (body, pad) = rest.split_at_mut(plen.min(rest.len()));
-        gather(&mem, payload, body).map_err(|_| EFAULT)?;
+        gather(mem, payload, body).map_err(|_| EFAULT)?;
         // Most payloads need no pad: no call for nothing.
         if !pad.is_empty() {
             pad.fill(0);
