@@ -17,6 +17,7 @@ pub mod limits;
 pub mod link;
 pub mod mcast;
 pub mod mr;
+mod mr_info_copy;
 pub mod mr_table;
 pub mod mw;
 pub mod pd;

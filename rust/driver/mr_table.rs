@@ -9,7 +9,9 @@
 //!
 //! Locks: the table lock, each window's lock and each MR's info lock are IRQ-safe, so all may
 //! be taken under a QP lock; their order is table, window, MR info (a bind holds the window's
-//! lock while it counts itself in the MR). None is held while bytes are copied.
+//! lock while it counts itself in the MR). None is held while bytes are copied. An access's
+//! check reads the MR's info from a copy without the lock ([`super::mr_info_copy`]), and a
+//! [`QpMemory`] keeps the MR it found last, so a stream's packets take none of these locks.
 //!
 //! Lifetimes: the table holds an `Arc<RvrMr>`, lookups hand out clones that workers drop before
 //! their work item returns (never keep one longer). `dereg_mr` removes the MR from the table (no
@@ -20,6 +22,7 @@
 //! memory window keeps a reference for as long as it is bound, which is why `dereg_mr` is
 //! refused (`EBUSY`) while windows are bound to the MR.
 
+use super::mr_info_copy::InfoCopy;
 use super::mw::RvrMw;
 use crate::ib::{
     mr::{KernelMemory, PageList},
@@ -159,6 +162,10 @@ pub struct RvrMr {
     mem: MrMem,
     #[pin]
     info: IrqSpinLock<MrLocked>,
+    /// What `info` holds of the MR's info and `closing`, for [`RvrMr::check`] without the lock.
+    /// INVARIANT: it matches `info` whenever the lock is free (each change under the lock
+    /// stores it, [`RvrMr::update`]).
+    copy: InfoCopy,
 }
 
 impl RvrMr {
@@ -169,6 +176,8 @@ impl RvrMr {
                 index,
                 pd_id,
                 mem,
+                // INVARIANT: the copy starts as the locked part does.
+                copy: InfoCopy::new(&info),
                 info <- new_irq_spinlock!(
                     MrLocked { info, windows: 0, closing: false },
                     "rvrdma_mr"
@@ -198,15 +207,25 @@ impl RvrMr {
         self.info.lock().info
     }
 
+    /// Runs `f` on the locked part and stores what it leaves in `copy`: the only way the MR's
+    /// info or `closing` changes.
+    fn update<T>(&self, f: impl FnOnce(&mut MrLocked) -> T) -> T {
+        let mut l = self.info.lock();
+        let r = f(&mut l);
+        self.copy.store(&l.info, l.closing);
+        r
+    }
+
     /// Starts deregistration: refused with `EBUSY` while memory windows are bound to the MR
     /// (IBA 10.6.7.2.6, as rdma_rxe); afterwards no window can be bound to it.
     pub fn begin_dereg(&self) -> Result {
-        let mut l = self.info.lock();
-        if l.windows > 0 {
-            return Err(EBUSY);
-        }
-        l.closing = true;
-        Ok(())
+        self.update(|l| {
+            if l.windows > 0 {
+                return Err(EBUSY);
+            }
+            l.closing = true;
+            Ok(())
+        })
     }
 
     /// Number of memory windows bound to the MR.
@@ -264,14 +283,12 @@ impl RvrMr {
     }
 
     /// Validates an access of `len` bytes at `va` with key `key` from PD `pd_id` needing
-    /// `access`; returns the position in the MR's memory (DMA: `va` itself).
-    /// Fails once deregistration has begun, so that a [`QpMemory`] that still holds the MR
-    /// from an earlier lookup reaches no more than a fresh lookup would.
+    /// `access`; returns the position in the MR's memory (DMA: `va` itself). Reads the MR's
+    /// info from its copy, without the lock. Fails once deregistration has begun, so that a
+    /// [`QpMemory`] that still holds the MR from an earlier lookup reaches no more than a fresh
+    /// lookup would.
     fn check(&self, key: u32, pd_id: u32, va: u64, len: u64, access: u32) -> Result<u64, MemError> {
-        let (i, closing) = {
-            let l = self.info.lock();
-            (l.info, l.closing)
-        };
+        let (i, closing) = self.copy.load();
         if i.key != key || self.pd_id != pd_id || i.state != MrState::Valid || closing {
             return Err(MemError::BadKey);
         }
@@ -372,16 +389,17 @@ impl RvrMr {
     /// Invalidation (LOCAL_INV, Send with Invalidate): rxe_invalidate_mr's rules plus a PD
     /// check.
     fn invalidate(&self, key: u32, pd_id: u32) -> Result<(), MemError> {
-        let mut l = self.info.lock();
-        let i = &mut l.info;
-        if i.key != key || self.pd_id != pd_id {
-            return Err(MemError::BadKey);
-        }
-        if !matches!(self.mem, MrMem::Fast(_)) {
-            return Err(MemError::OpFailed);
-        }
-        i.state = MrState::Free;
-        Ok(())
+        self.update(|l| {
+            let i = &mut l.info;
+            if i.key != key || self.pd_id != pd_id {
+                return Err(MemError::BadKey);
+            }
+            if !matches!(self.mem, MrMem::Fast(_)) {
+                return Err(MemError::OpFailed);
+            }
+            i.state = MrState::Free;
+            Ok(())
+        })
     }
 
     /// REG_MR: the MR must be a free fast-registration MR of `pd_id`, and the new key may
@@ -390,22 +408,23 @@ impl RvrMr {
         let MrMem::Fast(pages) = &self.mem else {
             return Err(MemError::OpFailed);
         };
-        let mut l = self.info.lock();
-        let i = &mut l.info;
-        if i.state != MrState::Free || self.pd_id != pd_id || !key_may_replace(i.key, p.key) {
-            return Err(MemError::OpFailed);
-        }
-        if p.length > pages.mapped_length() {
-            return Err(MemError::OpFailed);
-        }
-        *i = MrInfo {
-            key: p.key,
-            access: p.access,
-            iova: p.iova,
-            length: p.length,
-            state: MrState::Valid,
-        };
-        Ok(())
+        self.update(|l| {
+            let i = &mut l.info;
+            if i.state != MrState::Free || self.pd_id != pd_id || !key_may_replace(i.key, p.key) {
+                return Err(MemError::OpFailed);
+            }
+            if p.length > pages.mapped_length() {
+                return Err(MemError::OpFailed);
+            }
+            *i = MrInfo {
+                key: p.key,
+                access: p.access,
+                iova: p.iova,
+                length: p.length,
+                state: MrState::Valid,
+            };
+            Ok(())
+        })
     }
 }
 
