@@ -49,7 +49,7 @@ use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
 use crate::rvcore::wire::{opcode::Operation, Glance};
 use crate::sync::workqueue;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
 
 /// A payload at least this long is worth handing to another CPU.
@@ -94,6 +94,12 @@ pub(crate) struct RxQueue {
     /// The QP is being destroyed: its work items do not queue each other any more. Set under
     /// the QP lock, with its `dead`.
     closed: AtomicBool,
+    /// The work item is queued and its run has not begun: a packet queued meanwhile needs no
+    /// call to queue it (the run takes it). Set by [`QpShared::schedule_rx`], cleared as the
+    /// run begins, before it looks at the queue.
+    kicked: AtomicBool,
+    /// The same for the urgent work item.
+    armed: AtomicBool,
 }
 
 // A batch's holder must not be preempted by what waits for it: bottom halves off keep it on
@@ -135,6 +141,8 @@ impl RxQueue {
             handed: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
             closed: AtomicBool::new(false),
+            kicked: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
         })
     }
 }
@@ -143,6 +151,7 @@ impl WorkItem<4> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
+        begin_run(&this.rx.kicked);
         this.rx_work_queued
             .ran(&this.dev.counters.rx_queue_delay_max_us);
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
@@ -150,7 +159,7 @@ impl WorkItem<4> for QpShared {
         // that nothing that runs on this CPU meanwhile can wait for it.
         crate::sync::bh::with_bh_disabled(|| {
             if this.handle_rx_batch(false) && this.rx_waiting() {
-                this.schedule_rx(None);
+                this.schedule_rx(|| None);
             }
         });
     }
@@ -160,6 +169,7 @@ impl WorkItem<5> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
+        begin_run(&this.rx.armed);
         if !this.rx_waiting() {
             return;
         }
@@ -169,7 +179,7 @@ impl WorkItem<5> for QpShared {
                 let live = this.handle_rx_batch(false);
                 let more = live && this.rx_waiting();
                 if more && round == URGENT_ROUNDS {
-                    this.schedule_rx(None);
+                    this.schedule_rx(|| None);
                 }
                 !more
             });
@@ -178,6 +188,15 @@ impl WorkItem<5> for QpShared {
             }
         }
     }
+}
+
+/// A run of a work item begins: a packet queued from now on queues the item again (see
+/// [`RxQueue::kicked`]). The fence orders the store before the run's first look at the queue,
+/// as [`QpShared::schedule_rx`] orders a packet's queueing before its look at the flag: one of
+/// the two sees the other.
+fn begin_run(flag: &AtomicBool) {
+    flag.store(false, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
 }
 
 /// Where a queued packet's work item runs.
@@ -243,34 +262,41 @@ impl QpShared {
         self.dev.rx_queued.fetch_add(1, Ordering::Relaxed);
         self.rx.held.fetch_add(1, Ordering::Relaxed);
         self.rx.waiting.push(skb);
-        let cpu = match to {
+        self.schedule_rx(|| match to {
             RxTarget::Cpu(cpu) => Some(cpu),
             RxTarget::Other | RxTarget::Help => backlog::other_cpu(),
-        };
-        self.schedule_rx(cpu);
+        });
         if matches!(to, RxTarget::Help) {
             let _ = self.handle_rx_batch(true);
         }
     }
 
-    /// Queues the receive queue's work item and arms the urgent one (each a no-op if it is
-    /// queued already). The urgent one is armed even when the work item was queued already: an
-    /// urgent run may have emptied the queue since, and what comes now needs a deadline too.
-    /// `to`: the CPU the work goes to (a packet was just queued), or `None` to continue on
-    /// this one (a run left packets). Softirq context, or bottom halves disabled.
-    pub(super) fn schedule_rx(self: &Arc<Self>, to: Option<u32>) {
+    /// Queues the receive queue's work item and arms the urgent one, each unless it is queued
+    /// and has not begun its run (which then takes what was queued before this call). The
+    /// urgent one is armed even when the work item was queued already: an urgent run may have
+    /// emptied the queue since, and what comes now needs a deadline too. `to` gives the CPU
+    /// the work goes to (a packet was just queued), or `None` to continue on this one (a run
+    /// left packets); it is asked only when the work item is to be queued. Softirq context, or
+    /// bottom halves disabled.
+    pub(super) fn schedule_rx(self: &Arc<Self>, to: impl FnOnce() -> Option<u32>) {
         self.rx_work_queued.mark();
-        if backlog::other_cpu().is_none() {
-            let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
-        } else if let Some(cpu) = to {
-            // In softirq context there, at once: a task busy on that CPU (a receiver polling
-            // its CQ) does not hold it back as it would a worker thread.
-            let _ = workqueue::enqueue_bh_on::<_, 4>(cpu, self.clone());
-        } else {
-            let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
+        // Orders what the caller queued before the looks at the flags (see `begin_run`).
+        fence(Ordering::SeqCst);
+        if !self.rx.kicked.swap(true, Ordering::Relaxed) {
+            if backlog::other_cpu().is_none() {
+                let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+            } else if let Some(cpu) = to() {
+                // In softirq context there, at once: a task busy on that CPU (a receiver
+                // polling its CQ) does not hold it back as it would a worker thread.
+                let _ = workqueue::enqueue_bh_on::<_, 4>(cpu, self.clone());
+            } else {
+                let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
+            }
         }
-        let _ = workqueue::cpu_queue()
-            .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
+        if !self.rx.armed.swap(true, Ordering::Relaxed) {
+            let _ = workqueue::cpu_queue()
+                .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
+        }
     }
 
     /// Takes the oldest waiting packet, if any, to handle it at once. Under the QP lock, no

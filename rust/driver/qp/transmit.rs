@@ -182,6 +182,10 @@ pub(super) struct TxStream {
     busy: AtomicBool,
     /// Where the last batch went (see [`crate::net::backlog`]).
     last_batch: LastBatch,
+    /// The stream's hand-off work item is queued and its run has not begun: a flush that
+    /// would hand off needs no call to queue it (the run sends what was queued before).
+    /// Cleared as the run begins, before it looks at the queue.
+    handed_off: AtomicBool,
     /// The IPv4 identifications of the stream's packets.
     ip_ids: IpIds,
 }
@@ -193,6 +197,7 @@ impl TxStream {
             queue <- SkbQueue::new(),
             busy: AtomicBool::new(false),
             last_batch: LastBatch::new(),
+            handed_off: AtomicBool::new(false),
             ip_ids: IpIds::new(),
         })
     }
@@ -277,12 +282,17 @@ impl QpShared {
             );
             if let Err(cpu) = sent {
                 Counters::inc(&self.dev.counters.tx_cpu_handoffs);
-                // Already queued: that run sends these too.
-                let _ = if requests {
-                    workqueue::enqueue_on::<_, 1>(cpu, self.clone())
-                } else {
-                    workqueue::enqueue_on::<_, 2>(cpu, self.clone())
-                };
+                // Queued and not yet begun (or already queued): that run sends these too. The
+                // fence orders our packets' queueing before the look at the flag, as the run
+                // orders its clearing before its look at the queue (`run_handoff`).
+                core::sync::atomic::fence(Ordering::SeqCst);
+                if !s.handed_off.swap(true, Ordering::Relaxed) {
+                    let _ = if requests {
+                        workqueue::enqueue_on::<_, 1>(cpu, self.clone())
+                    } else {
+                        workqueue::enqueue_on::<_, 2>(cpu, self.clone())
+                    };
+                }
                 return;
             }
             // A packet queued after our last pop but before the store above found us busy. The
@@ -335,11 +345,22 @@ impl QpShared {
     }
 }
 
+impl QpShared {
+    /// A hand-off run of a stream: from its start, a flush that would hand off queues the run
+    /// again (the fence orders that before the run's look at the queue); then it sends.
+    fn run_handoff(self: &Arc<Self>, requests: bool) {
+        let s = self.stream(requests);
+        s.handed_off.store(false, Ordering::Relaxed);
+        core::sync::atomic::fence(Ordering::SeqCst);
+        self.flush_stream(requests);
+    }
+}
+
 impl WorkItem<1> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        this.flush_stream(true);
+        this.run_handoff(true);
     }
 }
 
@@ -347,6 +368,6 @@ impl WorkItem<2> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        this.flush_stream(false);
+        this.run_handoff(false);
     }
 }
