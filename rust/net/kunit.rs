@@ -464,8 +464,8 @@ mod tests {
             LOOP_RESULT.store(0, Ordering::Release);
             let p = tx::TxParams {
                 ndev: &lo,
-                src_gid: gid,
-                dst_gid: gid,
+                src_gid: &gid,
+                dst_gid: &gid,
                 src_port: 0xc000,
                 tclass: 0,
                 ttl: 64,
@@ -515,8 +515,8 @@ mod tests {
         assert_eq!(udp_tunnel::open_count(), before);
         let p = tx::TxParams {
             ndev: &lo,
-            src_gid: roce::gid_from_ipv4([127, 0, 0, 1]),
-            dst_gid: roce::gid_from_ipv4([127, 0, 0, 1]),
+            src_gid: &roce::gid_from_ipv4([127, 0, 0, 1]),
+            dst_gid: &roce::gid_from_ipv4([127, 0, 0, 1]),
             src_port: 0xc000,
             tclass: 0,
             ttl: 64,

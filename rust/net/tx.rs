@@ -24,10 +24,11 @@ use kernel::prelude::*;
 pub struct TxParams<'a> {
     /// The egress net device (the port's netdev).
     pub ndev: &'a NetDev,
-    /// Source GID (an IPv4-mapped GID `::ffff:a.b.c.d` for IPv4).
-    pub src_gid: [u8; 16],
+    /// Source GID (an IPv4-mapped GID `::ffff:a.b.c.d` for IPv4). Borrowed: a copy per packet
+    /// costs more than the field reads it saves.
+    pub src_gid: &'a [u8; 16],
     /// Destination GID (IPv4-mapped for IPv4).
-    pub dst_gid: [u8; 16],
+    pub dst_gid: &'a [u8; 16],
     /// UDP source port.
     pub src_port: u16,
     /// IPv4 TOS / IPv6 traffic class.
@@ -45,8 +46,8 @@ impl TxParams<'_> {
     /// The IPv4 source and destination when both GIDs are IPv4-mapped (else the path is IPv6).
     pub fn ipv4(&self) -> Option<([u8; 4], [u8; 4])> {
         Some((
-            roce::ipv4_from_gid(&self.src_gid)?,
-            roce::ipv4_from_gid(&self.dst_gid)?,
+            roce::ipv4_from_gid(self.src_gid)?,
+            roce::ipv4_from_gid(self.dst_gid)?,
         ))
     }
 
@@ -107,8 +108,8 @@ impl Route {
             let mut fl6 = b::flowi6::default();
             fl6.__fl_common.flowic_oif = p.ifindex();
             fl6.__fl_common.flowic_proto = roce::IPPROTO_UDP;
-            fl6.saddr.in6_u.u6_addr8 = p.src_gid;
-            fl6.daddr.in6_u.u6_addr8 = p.dst_gid;
+            fl6.saddr.in6_u.u6_addr8 = *p.src_gid;
+            fl6.daddr.in6_u.u6_addr8 = *p.dst_gid;
             fl6.flowlabel = ((u32::from(p.tclass) << 20) | (p.flow_label & 0xf_ffff)).to_be();
             let sk6 = tun.sk6();
             // SAFETY: `net` is live, `fl6` valid for the call, `sk6` is null or the live IPv6
@@ -271,8 +272,8 @@ pub fn build_routed(
                 p.tclass,
                 p.flow_label,
                 p.ttl,
-                &p.src_gid,
-                &p.dst_gid,
+                p.src_gid,
+                p.dst_gid,
             );
         }
     }

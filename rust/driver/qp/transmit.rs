@@ -58,14 +58,14 @@ fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
 /// The transmit parameters of a path (`ip_id`: see [`TxParams::ip_id`]).
 pub(super) fn tx_params<'a>(
     qp: &'a QpShared,
-    path: &PathInfo,
+    path: &'a PathInfo,
     dest_qp: u32,
     ip_id: Option<u16>,
 ) -> Option<TxParams<'a>> {
     Some(TxParams {
         ndev: qp.dev.port_netdev(path.port_num)?,
-        src_gid: path.sgid,
-        dst_gid: path.dgid,
+        src_gid: &path.sgid,
+        dst_gid: &path.dgid,
         src_port: udp_sport(path.flow_label, qp.qpn, dest_qp),
         tclass: path.traffic_class,
         ttl: if path.hop_limit == 0 {
