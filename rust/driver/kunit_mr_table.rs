@@ -206,7 +206,8 @@ mod tests {
 
     /// A `QpMemory` keeps the MR it found last, yet every access through it is checked as a
     /// fresh lookup would be: a wrong key byte is refused, and so is an MR whose deregistration
-    /// has begun, before and after the table forgets it.
+    /// has begun, before and after the table forgets it; invalidation and re-registration are
+    /// seen at once.
     #[test]
     fn last_mr_found_is_checked() -> Result {
         let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
@@ -240,6 +241,26 @@ mod tests {
             Err(MemError::BadKey)
         );
         assert_eq!(mem.check_local(&[sge(kb)], ACCESS_LOCAL_WRITE), Ok(()));
+        // A fast-registration MR found last follows LOCAL_INV and a REG_MR to a new key byte.
+        let f = fast_mr(&table, 7)?;
+        let k1 = f.info().key;
+        let k2 = (k1 & !0xff) | ((k1 + 1) & 0xff);
+        let reg = |key| RegMrParams {
+            key,
+            iova: 0x5000,
+            length: 0,
+            access: ACCESS_REMOTE_READ,
+            mr_handle: u64::from(f.index()),
+        };
+        let read =
+            |mem: &mut QpMemory<'_>, key| mem.check_remote(key, 0x5000, 0, ACCESS_REMOTE_READ);
+        assert_eq!(mem.fast_register(&reg(k1)), Ok(()));
+        assert_eq!(read(&mut mem, k1), Ok(()));
+        assert_eq!(mem.local_invalidate(k1), Ok(()));
+        assert_eq!(read(&mut mem, k1), Err(MemError::BadKey));
+        assert_eq!(mem.fast_register(&reg(k2)), Ok(()));
+        assert_eq!(read(&mut mem, k1), Err(MemError::BadKey));
+        assert_eq!(read(&mut mem, k2), Ok(()));
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 //! Locks: the table lock, each window's lock and each MR's info lock are IRQ-safe, so all may
 //! be taken under a QP lock; their order is table, window, MR info (a bind holds the window's
 //! lock while it counts itself in the MR). None is held while bytes are copied. An access's
-//! check reads the MR's info from a copy without the lock ([`super::mr_info_copy`]), and a
+//! check reads the MR's info from a copy without the lock (`mr_info_copy`), and a
 //! [`QpMemory`] keeps the MR it found last, so a stream's packets take none of these locks.
 //!
 //! Lifetimes: the table holds an `Arc<RvrMr>`, lookups hand out clones that workers drop before
@@ -207,13 +207,14 @@ impl RvrMr {
         self.info.lock().info
     }
 
-    /// Runs `f` on the locked part and stores what it leaves in `copy`: the only way the MR's
-    /// info or `closing` changes.
-    fn update<T>(&self, f: impl FnOnce(&mut MrLocked) -> T) -> T {
+    /// Runs `f` on the locked part and, if it succeeds, stores what it leaves in `copy`: the
+    /// only way the MR's info or `closing` changes (a failed `f` changes neither).
+    fn update<T, E>(&self, f: impl FnOnce(&mut MrLocked) -> Result<T, E>) -> Result<T, E> {
         let mut l = self.info.lock();
-        let r = f(&mut l);
+        let r = f(&mut l)?;
+        // INVARIANT: the copy matches the locked part again before the lock is released.
         self.copy.store(&l.info, l.closing);
-        r
+        Ok(r)
     }
 
     /// Starts deregistration: refused with `EBUSY` while memory windows are bound to the MR
@@ -654,8 +655,8 @@ pub struct QpMemory<'a> {
     failed: Option<OdpFault>,
     /// The MR the last lookup found, by table index. The packets of one batch mostly reach one
     /// MR, and this spares each of them the table's lock; every access still checks the MR's
-    /// key, state and rights under its own lock ([`RvrMr::check`]). Held only as long as the
-    /// `QpMemory`, which lives for one locked section of a QP.
+    /// key, state and rights ([`RvrMr::check`]). Held only as long as the `QpMemory`, which
+    /// lives for one locked section of a QP.
     last: Cell<Option<(u32, Arc<RvrMr>)>>,
 }
 
@@ -674,21 +675,29 @@ impl<'a> QpMemory<'a> {
         }
     }
 
-    /// What table index `index` names: the MR the last lookup found if it is there, else the
-    /// table's entry (an MR found becomes the last one).
-    fn entry(&self, index: u32) -> Option<Entry> {
+    /// Runs `f` on what table index `index` names: the MR the last lookup found if it is
+    /// there, else the table's entry (an MR found becomes the last one). A key the last MR
+    /// refuses is asked of the table too: the index may name another object by now.
+    fn with_entry<T>(
+        &self,
+        index: u32,
+        f: impl Fn(Entry) -> Result<T, MemError>,
+    ) -> Result<T, MemError> {
         if let Some((i, mr)) = self.last.take() {
             let hit = (i == index).then(|| mr.clone());
             self.last.set(Some((i, mr)));
             if let Some(mr) = hit {
-                return Some(Entry::Mr(mr));
+                match f(Entry::Mr(mr)) {
+                    Err(MemError::BadKey) => self.last.set(None),
+                    r => return r,
+                }
             }
         }
-        let e = self.table.entry(index)?;
+        let e = self.table.entry(index).ok_or(MemError::BadKey)?;
         if let Entry::Mr(mr) = &e {
             self.last.set(Some((index, mr.clone())));
         }
-        Some(e)
+        f(e)
     }
 
     /// Looks up the local key `key` (an MR's; a window's is no local key) and checks an access
@@ -701,13 +710,13 @@ impl<'a> QpMemory<'a> {
         len: u64,
         access: u32,
     ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        match self.entry(key_index(key)).ok_or(MemError::BadKey)? {
+        self.with_entry(key_index(key), |e| match e {
             Entry::Mr(mr) => {
                 let pos = mr.check(key, self.pd_id, va, len, access)?;
                 Ok((mr, pos))
             }
             Entry::Mw(_) => Err(MemError::BadKey),
-        }
+        })
     }
 
     fn qp(&self) -> QpRef {
@@ -772,7 +781,7 @@ impl<'a> QpMemory<'a> {
         len: u64,
         access: u32,
     ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        match self.entry(key_index(rkey)).ok_or(MemError::BadKey)? {
+        self.with_entry(key_index(rkey), |e| match e {
             Entry::Mr(mr) => {
                 let pos = mr.check(rkey, self.pd_id, va, len, access)?;
                 Ok((mr, pos))
@@ -782,7 +791,7 @@ impl<'a> QpMemory<'a> {
                 let pos = mr.window_pos(mva, len)?;
                 Ok((mr, pos))
             }
-        }
+        })
     }
 
     /// Invalidates the MR or type 2 window `key` names (LOCAL_INV, Send with Invalidate).

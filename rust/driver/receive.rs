@@ -80,12 +80,7 @@ impl Inbound {
     /// The path it arrived on (`data`: the data of the skb parsed).
     fn path_match(&self, data: &[u8]) -> PathMatch {
         let ip = data.get(..self.ip_hlen).unwrap_or(&[]);
-        PathMatch {
-            port_num: self.port,
-            sgid: self.src_gid,
-            dgid: self.dst_gid,
-            net: NetHeader::from_ip_header(ip).unwrap_or_default(),
-        }
+        path_match(self.port, self.src_gid, self.dst_gid, ip)
     }
 
     /// The decoded headers and the payload, in `data` (the data of the skb parsed).
@@ -274,12 +269,7 @@ pub(crate) fn queued(dev: &DevShared, skb: &mut Skb) -> Option<Checked> {
         count_bad(c, &rx);
         return None;
     };
-    let pm = PathMatch {
-        port_num: port,
-        sgid: rx.src_gid,
-        dgid: rx.dst_gid,
-        net: NetHeader::from_ip_header(rx.ip_header).unwrap_or_default(),
-    };
+    let pm = path_match(port, rx.src_gid, rx.dst_gid, rx.ip_header);
     let icrc = rx.icrc_at();
     let ip_len = base + rx.udp_payload.len();
     let payload = range.start + base..range.end + base;
@@ -293,6 +283,16 @@ pub(crate) fn queued(dev: &DevShared, skb: &mut Skb) -> Option<Checked> {
     }
     count_rcvd(c, ip_len);
     Some(Checked { h, payload, pm })
+}
+
+/// The path a packet arrived on: its port, GIDs and IP header's fields.
+fn path_match(port: u8, sgid: [u8; 16], dgid: [u8; 16], ip_header: &[u8]) -> PathMatch {
+    PathMatch {
+        port_num: port,
+        sgid,
+        dgid,
+        net: NetHeader::from_ip_header(ip_header).unwrap_or_default(),
+    }
 }
 
 /// Counts a packet whose transport headers do not decode as what it most likely is: a

@@ -13,6 +13,7 @@ mod kernel_inline;
 mod modify_attr;
 mod outputs;
 mod routes;
+mod run_flag;
 mod rx_queue;
 mod slots;
 mod timers;

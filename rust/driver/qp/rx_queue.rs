@@ -43,13 +43,14 @@
 //! Local ACK Timeout would make it resend its window.
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
+use super::run_flag::RunFlag;
 use super::{Entry, QpShared};
 use crate::driver::receive::{self, Checked};
 use crate::ib::qp::QpType as IbQpType;
 use crate::net::{backlog, skb::Skb, skb::SkbQueue};
 use crate::rvcore::wire::{opcode::Operation, Glance};
 use crate::sync::workqueue;
-use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use kernel::{prelude::*, sync::Arc, time::msecs_to_jiffies, workqueue::WorkItem};
 
 /// A payload at least this long is worth handing to another CPU.
@@ -95,11 +96,10 @@ pub(crate) struct RxQueue {
     /// the QP lock, with its `dead`.
     closed: AtomicBool,
     /// The work item is queued and its run has not begun: a packet queued meanwhile needs no
-    /// call to queue it (the run takes it). Set by [`QpShared::schedule_rx`], cleared as the
-    /// run begins, before it looks at the queue.
-    kicked: AtomicBool,
+    /// call to queue it (the run takes it).
+    kicked: RunFlag,
     /// The same for the urgent work item.
-    armed: AtomicBool,
+    armed: RunFlag,
 }
 
 // A batch's holder must not be preempted by what waits for it: bottom halves off keep it on
@@ -141,8 +141,8 @@ impl RxQueue {
             handed: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
             closed: AtomicBool::new(false),
-            kicked: AtomicBool::new(false),
-            armed: AtomicBool::new(false),
+            kicked: RunFlag::new(),
+            armed: RunFlag::new(),
         })
     }
 }
@@ -151,7 +151,7 @@ impl WorkItem<4> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        begin_run(&this.rx.kicked);
+        this.rx.kicked.begin();
         this.rx_work_queued
             .ran(&this.dev.counters.rx_queue_delay_max_us);
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
@@ -169,7 +169,7 @@ impl WorkItem<5> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        begin_run(&this.rx.armed);
+        this.rx.armed.begin();
         if !this.rx_waiting() {
             return;
         }
@@ -188,15 +188,6 @@ impl WorkItem<5> for QpShared {
             }
         }
     }
-}
-
-/// A run of a work item begins: a packet queued from now on queues the item again (see
-/// [`RxQueue::kicked`]). The fence orders the store before the run's first look at the queue,
-/// as [`QpShared::schedule_rx`] orders a packet's queueing before its look at the flag: one of
-/// the two sees the other.
-fn begin_run(flag: &AtomicBool) {
-    flag.store(false, Ordering::Relaxed);
-    fence(Ordering::SeqCst);
 }
 
 /// Where a queued packet's work item runs.
@@ -280,9 +271,7 @@ impl QpShared {
     /// bottom halves disabled.
     pub(super) fn schedule_rx(self: &Arc<Self>, to: impl FnOnce() -> Option<u32>) {
         self.rx_work_queued.mark();
-        // Orders what the caller queued before the looks at the flags (see `begin_run`).
-        fence(Ordering::SeqCst);
-        if !self.rx.kicked.swap(true, Ordering::Relaxed) {
+        if self.rx.kicked.claim() {
             if backlog::other_cpu().is_none() {
                 let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
             } else if let Some(cpu) = to() {
@@ -293,7 +282,7 @@ impl QpShared {
                 let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
             }
         }
-        if !self.rx.armed.swap(true, Ordering::Relaxed) {
+        if self.rx.armed.claim() {
             let _ = workqueue::cpu_queue()
                 .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
         }

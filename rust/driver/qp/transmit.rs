@@ -7,6 +7,7 @@
 //! and without letting a later packet overtake an earlier one on the way (see
 //! [`crate::net::backlog`]).
 
+use super::run_flag::RunFlag;
 use super::{routes, QpShared};
 use crate::driver::counters::Counters;
 use crate::driver::dev_shared::DevShared;
@@ -184,8 +185,7 @@ pub(super) struct TxStream {
     last_batch: LastBatch,
     /// The stream's hand-off work item is queued and its run has not begun: a flush that
     /// would hand off needs no call to queue it (the run sends what was queued before).
-    /// Cleared as the run begins, before it looks at the queue.
-    handed_off: AtomicBool,
+    handed_off: RunFlag,
     /// The IPv4 identifications of the stream's packets.
     ip_ids: IpIds,
 }
@@ -197,7 +197,7 @@ impl TxStream {
             queue <- SkbQueue::new(),
             busy: AtomicBool::new(false),
             last_batch: LastBatch::new(),
-            handed_off: AtomicBool::new(false),
+            handed_off: RunFlag::new(),
             ip_ids: IpIds::new(),
         })
     }
@@ -282,11 +282,8 @@ impl QpShared {
             );
             if let Err(cpu) = sent {
                 Counters::inc(&self.dev.counters.tx_cpu_handoffs);
-                // Queued and not yet begun (or already queued): that run sends these too. The
-                // fence orders our packets' queueing before the look at the flag, as the run
-                // orders its clearing before its look at the queue (`run_handoff`).
-                core::sync::atomic::fence(Ordering::SeqCst);
-                if !s.handed_off.swap(true, Ordering::Relaxed) {
+                // Queued and not yet begun (or already queued): that run sends these too.
+                if s.handed_off.claim() {
                     let _ = if requests {
                         workqueue::enqueue_on::<_, 1>(cpu, self.clone())
                     } else {
@@ -347,11 +344,9 @@ impl QpShared {
 
 impl QpShared {
     /// A hand-off run of a stream: from its start, a flush that would hand off queues the run
-    /// again (the fence orders that before the run's look at the queue); then it sends.
+    /// again; then it sends.
     fn run_handoff(self: &Arc<Self>, requests: bool) {
-        let s = self.stream(requests);
-        s.handed_off.store(false, Ordering::Relaxed);
-        core::sync::atomic::fence(Ordering::SeqCst);
+        self.stream(requests).handed_off.begin();
         self.flush_stream(requests);
     }
 }
