@@ -14,7 +14,7 @@ use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::mcast::MAX_QP_ATTACH;
 use super::qp::QpShared;
-use crate::net::roce::{IcrcAt, RoceRx, UDP_HLEN};
+use crate::net::roce::{IcrcAt, RoceRx, RoceRxError, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
@@ -122,10 +122,10 @@ fn port_of(dev: &DevShared, skb: &Skb, direct_only: bool) -> Option<(u8, bool)> 
     }
 }
 
-/// A packet's IP and UDP headers, parsed ([`Skb::parse_roce_headers`]); a malformed packet is
-/// counted and `None`.
-fn ip_udp<'a>(c: &Counters, skb: &'a mut Skb) -> Option<RoceRx<'a>> {
-    match skb.parse_roce_headers() {
+/// A packet's IP and UDP headers, as parsed ([`Skb::parse_roce_headers`]); a malformed packet
+/// is counted and `None`.
+fn ip_udp<'a>(c: &Counters, parsed: Result<RoceRx<'a>, RoceRxError>) -> Option<RoceRx<'a>> {
+    match parsed {
         Ok(rx) => Some(rx),
         Err(_) => {
             Counters::inc(&c.rx_malformed);
@@ -176,8 +176,8 @@ fn qp_for(dev: &DevShared, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
 }
 
 /// Processes one packet that arrived on a port of `dev` (softirq context). A bulk packet of a
-/// stream may go to its QP's receive queue instead, on a glance at its BTH, its other headers
-/// undecoded and its ICRC unchecked: whoever takes it from there decodes and checks it before
+/// stream may go to its QP's receive queue instead, on a glance at its BTH, its headers
+/// unchecked and undecoded and its ICRC unchecked: whoever takes it from there decodes and checks it before
 /// anything acts on it ([`queued`]).
 pub fn packet(dev: &DevShared, mut skb: Skb) {
     let burst = skb.more_follow();
@@ -185,12 +185,15 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
     let Some((port, direct)) = port_of(dev, &skb, false) else {
         return;
     };
-    let Some(rx) = ip_udp(c, &mut skb) else {
+    if skb.to_ip_packet().is_err() {
+        Counters::inc(&c.rx_malformed);
         return;
-    };
+    }
     // Only a packet that arrived on the port's own netdev is queued (`queued` takes no other).
+    // The glance finds the BTH without parsing the IP and UDP headers in full: a queued packet
+    // is parsed where it is handled.
     let glance = if direct {
-        Glance::of(rx.udp_payload)
+        skb.roce_udp_payload().and_then(Glance::of)
     } else {
         None
     };
@@ -204,6 +207,9 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             }
         }
     }
+    let Some(rx) = ip_udp(c, skb.roce_headers()) else {
+        return;
+    };
     let Some(p) = decode(c, port, &rx) else {
         return;
     };
@@ -263,7 +269,7 @@ impl Checked {
 pub(crate) fn queued(dev: &DevShared, skb: &mut Skb) -> Option<Checked> {
     let c = &dev.counters;
     let (port, _) = port_of(dev, skb, true)?;
-    let rx = ip_udp(c, skb)?;
+    let rx = ip_udp(c, skb.parse_roce_headers())?;
     let base = rx.ip_header.len() + UDP_HLEN;
     let Ok((h, range)) = Headers::decode(rx.udp_payload) else {
         count_bad(c, &rx);

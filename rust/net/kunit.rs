@@ -193,6 +193,29 @@ mod tests {
         skb.consume();
     }
 
+    /// In the layout `encap_rcv` hands over, the glance's UDP payload is the one the full parse
+    /// finds, over IPv4 and IPv6.
+    #[test]
+    fn glance_finds_the_parsed_udp_payload() {
+        for (p, hlen) in [(&packet_v4()[..], IPV4_HLEN), (&packet_v6()[..], IPV6_HLEN)] {
+            let Ok(mut skb) = Skb::from_ip_packet(p) else {
+                panic!("alloc");
+            };
+            assert!(skb.pull(hlen).is_ok());
+            assert!(skb.to_ip_packet().is_ok());
+            let glance = skb.roce_udp_payload().map(|u| u.as_ptr_range());
+            assert_eq!(
+                glance.clone().map(|r| r.end as usize - r.start as usize),
+                Some(p.len() - hlen - UDP_HLEN)
+            );
+            let rx = skb.roce_headers();
+            assert!(rx.is_ok());
+            let Ok(rx) = rx else { return };
+            assert_eq!(glance, Some(rx.udp_payload.as_ptr_range()));
+            assert_eq!(rx.udp_payload, &p[hlen + UDP_HLEN..]);
+        }
+    }
+
     /// The layout `encap_rcv` hands over (`data` at the UDP header, network header before it)
     /// parses too, IPv6 here.
     #[test]

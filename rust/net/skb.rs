@@ -278,16 +278,34 @@ impl Skb {
     /// and UDP headers and lengths, and verifies the ICRC. `Err` for a malformed packet or a bad
     /// ICRC (the caller counts and drops it).
     pub fn parse_roce(&mut self) -> Result<RoceRx<'_>, RoceRxError> {
-        self.linearize().map_err(RoceRxError::Skb)?;
-        self.push_to_network_header().map_err(RoceRxError::Skb)?;
+        self.to_ip_packet().map_err(RoceRxError::Skb)?;
         roce::parse_ip_packet(self.data())
     }
 
     /// [`Skb::parse_roce`] without the ICRC check ([`Skb::icrc_ok`] does it later).
     pub fn parse_roce_headers(&mut self) -> Result<RoceRx<'_>, RoceRxError> {
-        self.linearize().map_err(RoceRxError::Skb)?;
-        self.push_to_network_header().map_err(RoceRxError::Skb)?;
+        self.to_ip_packet().map_err(RoceRxError::Skb)?;
+        self.roce_headers()
+    }
+
+    /// Makes a received packet linear and moves `skb->data` back to the network header, for
+    /// [`Skb::roce_udp_payload`] and [`Skb::roce_headers`].
+    pub fn to_ip_packet(&mut self) -> Result {
+        self.linearize()?;
+        self.push_to_network_header()
+    }
+
+    /// [`Skb::parse_roce_headers`] of a packet [`Skb::to_ip_packet`] has prepared.
+    pub fn roce_headers(&self) -> Result<RoceRx<'_>, RoceRxError> {
         roce::parse_ip_headers(self.data())
+    }
+
+    /// The UDP payload of a packet [`Skb::to_ip_packet`] has prepared, found from its IP
+    /// version and UDP length alone (`ip_udp::udp_payload`): enough for a glance at its BTH,
+    /// where [`Skb::roce_headers`] checks the headers in full. `None` where that would fail on
+    /// the lengths.
+    pub fn roce_udp_payload(&self) -> Option<&[u8]> {
+        crate::rvcore::wire::ip_udp::udp_payload(self.data())
     }
 
     /// Whether the ICRC of a packet [`Skb::parse_roce_headers`] parsed (`at`: where it lies) is

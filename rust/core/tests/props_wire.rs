@@ -9,6 +9,7 @@ use rvrdma_core::psn::{
     classify_ack_psn, classify_request_psn, AckPsnClass, Psn, RequestPsnClass, PSN_HALF_WINDOW,
     PSN_MASK,
 };
+use rvrdma_core::wire::ip_udp;
 use rvrdma_core::wire::{
     pad_count, Aeth, AtomicAckEth, AtomicEth, Bth, DecodeError, Deth, Feth, Glance, Headers, Ieth,
     ImmDt, Opcode, Operation, Reth, Syndrome, ICRC_LEN,
@@ -100,6 +101,40 @@ fn build(mut h: Headers, payload: &[u8], icrc: [u8; 4]) -> (Headers, Vec<u8>) {
     (h, v)
 }
 
+/// A RoCEv2 IP packet with a `transport`-byte UDP payload (ICRC included), `pad` bytes of
+/// link padding after it, its last `cut` bytes cut off and the bytes `flips` names replaced
+/// (positions taken modulo its length).
+fn roce_ip_packet(
+    v6: bool,
+    transport: usize,
+    pad: usize,
+    cut: usize,
+    flips: &[(usize, u8)],
+) -> Vec<u8> {
+    let udp_len = (icrc::UDP_HEADER_LEN + transport) as u16;
+    let mut p = if v6 {
+        let mut h = [0u8; 40];
+        ip_udp::write_ipv6(&mut h, udp_len, 0, 0, 64, &[1; 16], &[2; 16]);
+        h.to_vec()
+    } else {
+        let mut h = [0u8; 20];
+        ip_udp::write_ipv4(&mut h, 20 + udp_len, 0, 64, [10, 0, 0, 1], [10, 0, 0, 2]);
+        h.to_vec()
+    };
+    let mut udp = [0u8; 8];
+    ip_udp::write_udp(&mut udp, 0xc000, udp_len);
+    p.extend_from_slice(&udp);
+    p.extend((0..transport + pad).map(|i| i as u8));
+    p.truncate(p.len().saturating_sub(cut));
+    let n = p.len();
+    for &(at, b) in flips {
+        if n > 0 {
+            p[at % n] = b;
+        }
+    }
+    p
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -132,6 +167,21 @@ proptest! {
             let mut again = out.clone();
             again.extend_from_slice(&bytes[h.encoded_len()..]);
             prop_assert_eq!(Headers::decode(&again), Ok((h, range)));
+        }
+    }
+
+    #[test]
+    fn ip_udp_glance_agrees_with_parse(
+        v6: bool,
+        transport in 12usize..64,
+        pad in 0usize..8,
+        cut in 0usize..8,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+    ) {
+        let bytes = roce_ip_packet(v6, transport, pad, cut, &flips);
+        let glance = ip_udp::udp_payload(&bytes);
+        if let Ok(p) = ip_udp::parse(&bytes) {
+            prop_assert_eq!(glance, Some(p.udp_payload));
         }
     }
 

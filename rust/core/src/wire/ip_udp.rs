@@ -149,6 +149,24 @@ pub fn parse(pkt: &[u8]) -> Result<IpUdp<'_>, IpUdpError> {
     })
 }
 
+/// The UDP payload of a packet that starts at its IP header, found from the IP version and the
+/// UDP length alone: enough to glance at the BTH ([`super::Glance`]) before deciding where the
+/// packet is handled, where [`parse`] checks it in full. `None` where `parse` would fail on
+/// the header lengths or the UDP length; whatever it returns, `parse` either fails or returns
+/// the same slice.
+pub fn udp_payload(pkt: &[u8]) -> Option<&[u8]> {
+    let ip_hlen = match *pkt.first()? {
+        0x45 => IPV4_HEADER_LEN,
+        v if v >> 4 == 6 => IPV6_HEADER_LEN,
+        _ => return None,
+    };
+    let udp_len = usize::from(be16(pkt, ip_hlen + 4)?);
+    if udp_len < UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
+        return None;
+    }
+    pkt.get(ip_hlen + UDP_HEADER_LEN..ip_hlen + udp_len)
+}
+
 /// Writes a UDP header: source `sport`, destination 4791, length `udp_len`, checksum 0.
 pub fn write_udp(buf: &mut [u8; UDP_HEADER_LEN], sport: u16, udp_len: u16) {
     buf[0..2].copy_from_slice(&sport.to_be_bytes());
@@ -328,6 +346,27 @@ mod tests {
         );
         assert_eq!(parse(&[]).map(|_| ()), Err(IpUdpError::Truncated));
         assert_eq!(parse(&[0x45]).map(|_| ()), Err(IpUdpError::Truncated));
+    }
+
+    #[test]
+    fn udp_payload_is_what_parse_finds() {
+        let v4 = packet_v4();
+        let v6 = packet_v6();
+        let mut padded = [0u8; 128];
+        padded[..v4.len()].copy_from_slice(&v4);
+        for p in [&v4[..], &v6[..], &padded[..]] {
+            assert_eq!(udp_payload(p), Some(parse(p).unwrap().udp_payload));
+        }
+        for n in 0..v6.len() {
+            let short = &v6[..n];
+            assert!(udp_payload(short).is_none() && parse(short).is_err());
+        }
+        let mut p = v4;
+        p[0] = 0x46; // IPv4 options: neither takes it
+        assert!(udp_payload(&p).is_none() && parse(&p).is_err());
+        let mut p = v4;
+        p[25] = 8; // UDP length too short
+        assert!(udp_payload(&p).is_none() && parse(&p).is_err());
     }
 
     #[test]
