@@ -176,9 +176,9 @@ fn qp_for(dev: &DevShared, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
 }
 
 /// Processes one packet that arrived on a port of `dev` (softirq context). A bulk packet of a
-/// stream may go to its QP's receive queue instead, on a glance at its BTH, its headers
-/// unchecked and undecoded and its ICRC unchecked: whoever takes it from there decodes and checks it before
-/// anything acts on it ([`queued`]).
+/// stream may go to its QP's receive queue instead, on a glance at its BTH, with its headers
+/// neither parsed nor decoded and its ICRC unchecked: whoever takes it from there parses and
+/// checks it before anything acts on it ([`queued`]).
 pub fn packet(dev: &DevShared, mut skb: Skb) {
     let burst = skb.more_follow();
     let c = &dev.counters;

@@ -151,9 +151,8 @@ pub fn parse(pkt: &[u8]) -> Result<IpUdp<'_>, IpUdpError> {
 
 /// The UDP payload of a packet that starts at its IP header, found from the IP version and the
 /// UDP length alone: enough to glance at the BTH ([`super::Glance`]) before deciding where the
-/// packet is handled, where [`parse`] checks it in full. `None` where `parse` would fail on
-/// the header lengths or the UDP length; whatever it returns, `parse` either fails or returns
-/// the same slice.
+/// packet is handled, where [`parse`] checks it in full. `None` only where `parse` fails
+/// too; where both succeed, they find the same slice.
 pub fn udp_payload(pkt: &[u8]) -> Option<&[u8]> {
     let ip_hlen = match *pkt.first()? {
         0x45 => IPV4_HEADER_LEN,
