@@ -302,8 +302,8 @@ impl Skb {
 
     /// The UDP payload of a packet [`Skb::to_ip_packet`] has prepared, found from its IP
     /// version and UDP length alone (`ip_udp::udp_payload`): enough for a glance at its BTH,
-    /// where [`Skb::roce_headers`] checks the headers in full. `None` where that would fail on
-    /// the lengths.
+    /// where [`Skb::roce_headers`] checks the headers in full. `None` only where that fails
+    /// too.
     pub fn roce_udp_payload(&self) -> Option<&[u8]> {
         crate::rvcore::wire::ip_udp::udp_payload(self.data())
     }
