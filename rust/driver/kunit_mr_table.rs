@@ -12,11 +12,13 @@ mod tests {
     use crate::driver::mw::RvrMw;
     use crate::ib::mr::PageList;
     use crate::ib::umem::{check_range, for_each_block};
+    use crate::net::fill::Fill;
     use crate::rvcore::memory::{
         MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
     };
     use crate::rvcore::mw::{BindMwParams, MwType, ACCESS_MW_BIND};
     use crate::rvcore::wqe::{RegMrParams, Sge};
+    use core::mem::MaybeUninit;
     use kernel::{prelude::*, sync::Arc};
 
     /// Keys: index in the high 24 bits, the byte below; REG_MR may change only the byte.
@@ -401,11 +403,21 @@ mod tests {
             mem.check_local(&[sg(0, 1)], ACCESS_LOCAL_WRITE),
             Err(MemError::BadKey)
         );
-        let mut out = [0u8; 5];
-        assert_eq!(mem.gather(&[sg(0, 2), sg(4, 4)], 1, &mut out), Ok(()));
-        assert_eq!(out, [2, 5, 6, 7, 8]);
+        let mut raw = [MaybeUninit::uninit(); 5];
+        let mut out = Fill::new(&mut raw);
+        assert_eq!(mem.gather(&[sg(0, 2), sg(4, 4)], 1, 5, &mut out), Ok(()));
+        assert_eq!(out.into_init().as_deref(), Some(&[2u8, 5, 6, 7, 8][..]));
+        let mut raw = [MaybeUninit::uninit(); 5];
+        let mut out = Fill::new(&mut raw);
         assert_eq!(
-            mem.gather(&[sg(0, 2)], 1, &mut out),
+            mem.gather(&[sg(0, 2)], 1, 5, &mut out),
+            Err(MemError::OutOfBounds)
+        );
+        // A destination too short for what the list holds.
+        let mut raw = [MaybeUninit::uninit(); 3];
+        let mut out = Fill::new(&mut raw);
+        assert_eq!(
+            mem.gather(&[sg(0, 2), sg(4, 4)], 1, 5, &mut out),
             Err(MemError::OutOfBounds)
         );
         assert_eq!(mem.scatter(&[sg(0, 2)], 0, &[9]), Err(MemError::BadKey));

@@ -29,6 +29,7 @@ use crate::ib::{
     odp::{OdpError, OdpPages},
     umem::UmemPages,
 };
+use crate::net::fill::Fill;
 use crate::new_irq_spinlock;
 use crate::rvcore::memory::{
     AtomicOp, MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
@@ -323,14 +324,15 @@ impl RvrMr {
         }
     }
 
-    fn read_at(&self, pos: u64, out: &mut [u8]) -> Result<(), MemError> {
+    /// Appends the `len` bytes at `pos` to `out`.
+    fn read_at(&self, pos: u64, len: usize, out: &mut Fill<'_>) -> Result<(), MemError> {
         if let MrMem::Odp(p) = &self.mem {
-            return p.read(pos, out).map_err(odp_err);
+            return p.read(pos, len, out).map_err(odp_err);
         }
         match &self.mem {
-            MrMem::User(p) => p.read(pos, out),
-            MrMem::Dma(m) => m.read(pos, out),
-            MrMem::Fast(p) => p.read(pos, out),
+            MrMem::User(p) => p.read(pos, len, out),
+            MrMem::Dma(m) => m.read(pos, len, out),
+            MrMem::Fast(p) => p.read(pos, len, out),
             MrMem::Odp(_) => Err(EINVAL),
         }
         .map_err(|_| MemError::OutOfBounds)
@@ -876,29 +878,36 @@ impl<'a> QpMemory<'a> {
         Ok(())
     }
 
-    /// Copies `out.len()` bytes starting `offset` bytes into the gather list `sges` (transmit
-    /// path). Checks everything before copying.
-    pub fn gather(&self, sges: &[Sge], offset: u32, out: &mut [u8]) -> Result<(), MemError> {
-        let total = out.len();
-        self.resolve_sges(sges, offset, total, 0, |(mr, pos, len), done| {
-            let dst = out.get_mut(done..done + len).ok_or(MemError::OutOfBounds)?;
-            match mr {
-                Some(mr) => self.note(mr.read_at(*pos, dst), mr, *pos, *len as u64, false),
-                None => {
-                    let p = *pos as usize;
-                    let src = self.inline.get(p..p + len).ok_or(MemError::OutOfBounds)?;
-                    dst.copy_from_slice(src);
-                    Ok(())
-                }
+    /// Appends the `len` bytes starting `offset` bytes into the gather list `sges` to `out`
+    /// (transmit path). Checks everything before copying.
+    pub fn gather(
+        &self,
+        sges: &[Sge],
+        offset: u32,
+        len: usize,
+        out: &mut Fill<'_>,
+    ) -> Result<(), MemError> {
+        self.resolve_sges(sges, offset, len, 0, |(mr, pos, n), _| match mr {
+            Some(mr) => self.note(mr.read_at(*pos, *n, out), mr, *pos, *n as u64, false),
+            None => {
+                let p = *pos as usize;
+                let src = self.inline.get(p..p + n).ok_or(MemError::OutOfBounds)?;
+                out.copy(src).map_err(|_| MemError::OutOfBounds)
             }
         })
     }
 
-    /// Copies `out.len()` bytes at `va` of the MR `rkey` names (needs remote read): the payload
-    /// of an RDMA Read response.
-    pub fn read_remote(&self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
-        let (mr, pos) = self.resolve_remote(rkey, va, out.len() as u64, ACCESS_REMOTE_READ)?;
-        self.note(mr.read_at(pos, out), &mr, pos, out.len() as u64, false)
+    /// Appends the `len` bytes at `va` of the MR `rkey` names (needs remote read) to `out`: the
+    /// payload of an RDMA Read response.
+    pub fn read_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: usize,
+        out: &mut Fill<'_>,
+    ) -> Result<(), MemError> {
+        let (mr, pos) = self.resolve_remote(rkey, va, len as u64, ACCESS_REMOTE_READ)?;
+        self.note(mr.read_at(pos, len, out), &mr, pos, len as u64, false)
     }
 }
 

@@ -23,6 +23,7 @@ use super::{
     umem::{check_range, for_each_block, hw_atomic},
 };
 use crate::bindings as b;
+use crate::net::fill::Fill;
 use crate::rvcore::memory::AtomicOp;
 use core::{
     mem::MaybeUninit,
@@ -397,12 +398,16 @@ pub(crate) fn check_kva(va: u64, len: usize) -> Result {
 pub struct KernelMemory(());
 
 impl KernelMemory {
-    /// Copies `out.len()` bytes from kernel virtual address `va`. Never sleeps.
-    pub fn read(&self, va: u64, out: &mut [u8]) -> Result {
-        check_kva(va, out.len())?;
+    /// Appends the `len` bytes at kernel virtual address `va` to `out` (`EMSGSIZE` if it has
+    /// less room). Never sleeps.
+    pub fn read(&self, va: u64, len: usize, out: &mut Fill<'_>) -> Result {
+        check_kva(va, len)?;
+        let dst = out.spare(len)?;
         // SAFETY: the ULP that created this DMA MR names only kernel memory it owns (the
-        // contract of `get_dma_mr` / `pd->local_dma_lkey`).
-        unsafe { kcopy(out.as_mut_ptr(), va as usize as *const u8, out.len()) };
+        // contract of `get_dma_mr` / `pd->local_dma_lkey`); `dst` has room for `len` bytes.
+        unsafe { kcopy(dst, va as usize as *const u8, len) };
+        // SAFETY: the copy wrote the `len` bytes.
+        unsafe { out.advance(len) };
         Ok(())
     }
 
@@ -534,16 +539,20 @@ impl PageList {
         })
     }
 
-    /// Copies `out.len()` bytes at position `pos` (bytes from the first mapped byte). Never
-    /// sleeps; nothing is read if the range is not mapped (`ERANGE`).
-    pub fn read(&self, pos: u64, out: &mut [u8]) -> Result {
-        check_range(pos, out.len() as u64, self.mapped_length())?;
-        let dst = out.as_mut_ptr();
-        self.walk(pos, out.len(), |kva, done, len| {
-            // SAFETY: `kva` lies in a block the ULP mapped, `len` bytes within it (checked by
-            // `walk`); `dst + done` is valid for `len` bytes of `out`.
-            unsafe { kcopy(dst.add(done), kva as usize as *const u8, len) }
-        })
+    /// Appends the `len` bytes at position `pos` (bytes from the first mapped byte) to `out`.
+    /// Never sleeps; nothing is counted filled if the range is not mapped (`ERANGE`) or `out`
+    /// has less room (`EMSGSIZE`).
+    pub fn read(&self, pos: u64, len: usize, out: &mut Fill<'_>) -> Result {
+        check_range(pos, len as u64, self.mapped_length())?;
+        let dst = out.spare(len)?;
+        self.walk(pos, len, |kva, done, n| {
+            // SAFETY: `kva` lies in a block the ULP mapped, `n` bytes within it (checked by
+            // `walk`); `dst + done` is valid for `n` of the `len` spare bytes.
+            unsafe { kcopy(dst.add(done), kva as usize as *const u8, n) }
+        })?;
+        // SAFETY: `walk` visited the `len` bytes in order, each copied.
+        unsafe { out.advance(len) };
+        Ok(())
     }
 
     /// Copies `data` to position `pos`. Never sleeps; nothing is written if the range is not

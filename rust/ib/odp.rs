@@ -16,6 +16,7 @@
 
 use super::device::{Device, IbDriver};
 use crate::bindings as b;
+use crate::net::fill::Fill;
 use crate::rvcore::memory::AtomicOp;
 use core::ptr::NonNull;
 use kernel::{
@@ -156,18 +157,14 @@ impl OdpPages {
         })
     }
 
-    /// Copies `out.len()` bytes at position `pos` into `out`. Never sleeps.
-    pub fn read(&self, pos: u64, out: &mut [u8]) -> Result<(), OdpError> {
-        // SAFETY: `raw` is live (type invariant); `out` is valid for `out.len()` bytes.
-        copy_result(unsafe {
-            b::rvr_odp_copy(
-                self.raw.as_ptr(),
-                pos,
-                out.as_mut_ptr().cast(),
-                out.len(),
-                false,
-            )
-        })
+    /// Appends the `len` bytes at position `pos` to `out`. Never sleeps.
+    pub fn read(&self, pos: u64, len: usize, out: &mut Fill<'_>) -> Result<(), OdpError> {
+        let dst = out.spare(len).map_err(|_| OdpError::Invalid)?;
+        // SAFETY: `raw` is live (type invariant); `dst` is valid for `len` bytes.
+        copy_result(unsafe { b::rvr_odp_copy(self.raw.as_ptr(), pos, dst.cast(), len, false) })?;
+        // SAFETY: the copy succeeded, so it wrote the `len` bytes.
+        unsafe { out.advance(len) };
+        Ok(())
     }
 
     /// Copies `data` to position `pos`. Never sleeps.

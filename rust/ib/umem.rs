@@ -15,6 +15,7 @@
 
 use super::device::{Device, IbDriver};
 use crate::bindings as b;
+use crate::net::fill::Fill;
 use crate::rvcore::memory::AtomicOp;
 use core::{
     ptr::NonNull,
@@ -222,17 +223,21 @@ impl UmemPages {
         Ok(self.offset + pos as usize)
     }
 
-    /// Copies `out.len()` bytes at position `pos` into `out`; nothing is read if the range is
-    /// not inside the memory (`ERANGE`). Never sleeps.
-    pub fn read(&self, pos: u64, out: &mut [u8]) -> Result {
-        let abs = self.abs(pos, out.len())?;
-        let dst = out.as_mut_ptr();
-        for_each_block(abs, out.len(), PAGE_SIZE, |i, off, done, len| {
-            // SAFETY: `dst + done` is valid for `len` bytes of `out`. The memory is the user's:
-            // concurrent user writes race as they would with a DMA engine, which is the RDMA
-            // contract for registered memory.
-            unsafe { self.page(i)?.read_raw(dst.add(done), off, len) }
-        })
+    /// Appends the `len` bytes at position `pos` to `out`; nothing is counted filled if the
+    /// range is not inside the memory (`ERANGE`) or `out` has less room (`EMSGSIZE`). Never
+    /// sleeps.
+    pub fn read(&self, pos: u64, len: usize, out: &mut Fill<'_>) -> Result {
+        let abs = self.abs(pos, len)?;
+        let dst = out.spare(len)?;
+        for_each_block(abs, len, PAGE_SIZE, |i, off, done, n| {
+            // SAFETY: `dst + done` is valid for `n` of the `len` spare bytes. The memory is the
+            // user's: concurrent user writes race as they would with a DMA engine, which is the
+            // RDMA contract for registered memory.
+            unsafe { self.page(i)?.read_raw(dst.add(done), off, n) }
+        })?;
+        // SAFETY: the blocks cover the `len` bytes at `dst`, and each was copied.
+        unsafe { out.advance(len) };
+        Ok(())
     }
 
     /// Copies `data` to position `pos`; nothing is written if the range is not inside the memory

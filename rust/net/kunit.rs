@@ -7,11 +7,13 @@
 mod tests {
     use crate::bindings as b;
     use crate::kunit_support;
+    use crate::net::fill::Fill;
     use crate::net::netdev::NetDevRef;
     use crate::net::roce::{self, RoceRxError, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
     use crate::net::skb::{Skb, SkbQueue};
     use crate::net::{tx, udp_tunnel};
     use crate::rvcore::{icrc, psn::Psn, wire};
+    use core::mem::MaybeUninit;
     use core::ptr::null_mut;
     use core::sync::atomic::{AtomicU32, Ordering};
     use kernel::prelude::*;
@@ -341,6 +343,44 @@ mod tests {
         // The last one is purged by the drop.
     }
 
+    /// A fill counts only what was written, in order, and gives the bytes back only when all
+    /// are; an skb's `put_with` zeroes what its writer left, and `push` what it prepends.
+    #[test]
+    fn fill_counts_what_is_written() {
+        let mut raw = [MaybeUninit::new(0xaa_u8); 8];
+        let mut f = Fill::new(&mut raw);
+        assert!(f.zeroed(2).map(|h| h.copy_from_slice(&[1, 2])).is_ok());
+        assert!(f.copy(&[3, 4, 5]).is_ok());
+        assert!(f.copy(&[0; 4]).is_err());
+        assert!(f.spare(4).is_err());
+        assert_eq!(f.remaining(), 3);
+        assert!(f.copy(&[6, 7]).is_ok());
+        assert!(!f.is_full());
+        assert!(f.zeroed(1).is_ok());
+        assert_eq!(
+            f.into_init().as_deref(),
+            Some(&[1u8, 2, 3, 4, 5, 6, 7, 0][..])
+        );
+        let mut raw = [MaybeUninit::new(0xaa_u8); 2];
+        assert!(Fill::new(&mut raw).into_init().is_none());
+
+        let Ok(mut skb) = Skb::alloc(64) else {
+            panic!("alloc");
+        };
+        assert!(skb.reserve(8).is_ok());
+        // Leave junk where a later packet would be built.
+        assert!(skb.put_with(20, |f| f.copy(&[0x5a; 20])).is_ok());
+        assert!(skb.put_with(100_000, |_| Ok(())).is_err());
+        assert_eq!(skb.put_with(6, |f| f.copy(&[1, 2]).map(|()| 42)), Ok(42));
+        assert!(skb
+            .put_with(4, |f| f.copy(&[9]).and(Err::<(), _>(EINVAL)))
+            .is_err());
+        assert!(skb.push(8).is_ok_and(|h| h == [0; 8]));
+        let d = skb.data();
+        assert_eq!(d.len(), 8 + 20 + 6 + 4);
+        assert_eq!(&d[28..], &[1, 2, 0, 0, 0, 0, 9, 0, 0, 0]);
+    }
+
     /// The room an skb has, read in Rust from its fields: headroom is what `reserve` left and
     /// no more, tailroom what `put` may take, the linear data what was put and pushed.
     #[test]
@@ -495,7 +535,9 @@ mod tests {
                 flow_label: 0x1234,
                 ip_id: None,
             };
-            let skb = tx::build(&tun, &p, TRANSPORT, fill_transport);
+            let skb = tx::build(&tun, &p, TRANSPORT, |f| {
+                fill_transport(f.zeroed(TRANSPORT)?)
+            });
             if let Err(e) = &skb {
                 pr_info!(
                     "send_and_receive_on_lo: IPv{} build failed: {:?}\n",
@@ -546,7 +588,10 @@ mod tests {
             flow_label: 0,
             ip_id: None,
         };
-        assert!(tx::build(&tun, &p, TRANSPORT, fill_transport).is_err());
+        assert!(tx::build(&tun, &p, TRANSPORT, |f| fill_transport(
+            f.zeroed(TRANSPORT)?
+        ))
+        .is_err());
         drop(tun);
         assert_eq!(udp_tunnel::open_count(), before);
         // The port is free again: a new acquire opens a new socket.

@@ -6,6 +6,7 @@
 
 pub mod backlog;
 pub mod crc32;
+pub mod fill;
 mod kunit;
 pub mod netdev;
 pub mod notifier;

@@ -2,10 +2,11 @@
 
 //! Owned socket buffers (`struct sk_buff`) and irq-safe queues of them (`struct sk_buff_head`).
 
+use super::fill::Fill;
 use super::netdev::NetDev;
 use super::roce::{self, IcrcAt, RoceRx, RoceRxError};
 use crate::bindings as b;
-use core::ptr::NonNull;
+use core::{mem::MaybeUninit, ptr::NonNull};
 use kernel::{prelude::*, types::Opaque};
 
 /// An owned socket buffer; freed on drop (`kfree_skb`, counted as a drop) unless it is
@@ -211,6 +212,30 @@ impl Skb {
         Ok(s)
     }
 
+    /// Appends `len` bytes at the tail, written by `f` through a [`Fill`] (no pass zeroes them
+    /// first); any bytes `f` leaves unwritten are zeroed. Returns what `f` returns. `EMSGSIZE` if
+    /// the tailroom is too small.
+    pub(crate) fn put_with<R>(
+        &mut self,
+        len: usize,
+        f: impl FnOnce(&mut Fill<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let n = u32::try_from(len).map_err(|_| EMSGSIZE)?;
+        if self.tailroom() < len {
+            return Err(EMSGSIZE);
+        }
+        // SAFETY: we checked the tailroom, so `skb_put` does not panic; it returns `len` bytes.
+        let p = unsafe { b::skb_put(self.as_raw(), n) }.cast::<MaybeUninit<u8>>();
+        // SAFETY: `p .. p + len` lies in the skb's buffer and is exclusively ours while `self` is
+        // borrowed; any bytes are valid `MaybeUninit`s.
+        let buf = unsafe { core::slice::from_raw_parts_mut(p, len) };
+        let mut fill = Fill::new(buf);
+        let r = f(&mut fill);
+        // The skb's data is read as bytes from here on: none may stay uninitialised.
+        fill.zeroed(fill.remaining())?;
+        r
+    }
+
     /// Reserves `len` bytes of headroom in an empty skb (`skb_reserve`).
     pub(crate) fn reserve(&mut self, len: usize) -> Result {
         let n = c_int::try_from(len).map_err(|_| EMSGSIZE)?;
@@ -222,16 +247,24 @@ impl Skb {
         Ok(())
     }
 
-    /// Prepends `len` bytes and returns them (`skb_push`). `EMSGSIZE` if the headroom is too
-    /// small.
-    pub(crate) fn push(&mut self, len: usize) -> Result<&mut [u8]> {
+    /// Moves `skb->data` back by `len` bytes of headroom (`skb_push`) and returns the new start.
+    /// `EMSGSIZE` if the headroom is too small.
+    fn push_raw(&mut self, len: usize) -> Result<*mut u8> {
         let n = u32::try_from(len).map_err(|_| EMSGSIZE)?;
         if self.headroom() < len {
             return Err(EMSGSIZE);
         }
         // SAFETY: the headroom was checked, so `skb_push` does not panic.
-        let p = unsafe { b::skb_push(self.as_raw(), n) }.cast::<u8>();
+        Ok(unsafe { b::skb_push(self.as_raw(), n) }.cast::<u8>())
+    }
+
+    /// Prepends `len` bytes and returns them, zeroed (a fresh skb's headroom is uninitialised).
+    /// `EMSGSIZE` if the headroom is too small.
+    pub(crate) fn push(&mut self, len: usize) -> Result<&mut [u8]> {
+        let p = self.push_raw(len)?;
         // SAFETY: `p .. p + len` is the new start of the linear data, exclusively ours.
+        unsafe { core::ptr::write_bytes(p, 0, len) };
+        // SAFETY: as above, and the bytes are now initialised.
         Ok(unsafe { core::slice::from_raw_parts_mut(p, len) })
     }
 
@@ -268,7 +301,8 @@ impl Skb {
             usize::from(unsafe { self.fields().__bindgen_anon_4.headers.as_ref() }.network_header);
         let back = self.headroom().checked_sub(nh).ok_or(EINVAL)?;
         if back > 0 {
-            self.push(back)?;
+            // The IP layer's headers are still there: keep them.
+            self.push_raw(back)?;
         }
         Ok(())
     }

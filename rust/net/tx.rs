@@ -10,6 +10,7 @@
 //! `local_bh_enable`), so [`Route::lookup`] must run with IRQs enabled (do it before taking
 //! the lock and keep the [`Route`]). [`Skb::send`] must run with IRQs and BH enabled.
 
+use super::fill::Fill;
 use super::netdev::NetDev;
 use super::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
 use super::skb::Skb;
@@ -185,7 +186,7 @@ pub fn build(
     tun: &TunnelRef,
     p: &TxParams<'_>,
     transport_len: usize,
-    fill: impl FnOnce(&mut [u8]) -> Result,
+    fill: impl FnOnce(&mut Fill<'_>) -> Result,
 ) -> Result<Skb> {
     // SAFETY: reading the IRQ state has no preconditions.
     if p.ipv4().is_none() && unsafe { b::rvr_irqs_disabled() } {
@@ -195,8 +196,8 @@ pub fn build(
     build_routed(tun, &route, p, transport_len, fill)
 }
 
-/// Builds a RoCEv2 packet along `route`: `transport_len` bytes written by `fill` (BTH, extension
-/// headers, payload and pad), then the ICRC, UDP (port 4791 from `p.src_port`, checksum 0) and
+/// Builds a RoCEv2 packet along `route`: exactly `transport_len` bytes written by `fill` (BTH,
+/// extension headers, payload and pad; `EINVAL` for any other count), then the ICRC, UDP (port 4791 from `p.src_port`, checksum 0) and
 /// IP headers, `skb->dev`/`protocol`, the dst and the owner socket. `GFP_ATOMIC` only, never
 /// sleeps: callable with IRQs disabled and spinlocks held. Send the result with [`Skb::send`]
 /// after dropping the locks. `ENETDOWN` when the namespace's sockets are gone, `EINVAL` when the
@@ -206,7 +207,7 @@ pub fn build_routed(
     route: &Route,
     p: &TxParams<'_>,
     transport_len: usize,
-    fill: impl FnOnce(&mut [u8]) -> Result,
+    fill: impl FnOnce(&mut Fill<'_>) -> Result,
 ) -> Result<Skb> {
     if !tun.is_live() {
         return Err(super::errno(b::ENETDOWN));
@@ -229,7 +230,14 @@ pub fn build_routed(
 
     let mut skb = Skb::alloc(ll + ip_hlen + udp_len)?;
     skb.reserve(ll + ip_hlen + UDP_HLEN)?;
-    fill(&mut skb.put(transport_len + ICRC_LEN)?[..transport_len])?;
+    skb.put_with(transport_len + ICRC_LEN, |f| {
+        fill(f)?;
+        // Exactly the transport: the ICRC follows (zeroed until computed).
+        if f.remaining() != ICRC_LEN {
+            return Err(EINVAL);
+        }
+        Ok(())
+    })?;
     let proto = if route.ipv4 {
         b::ETH_P_IP
     } else {

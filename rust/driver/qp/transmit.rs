@@ -16,6 +16,7 @@ use crate::ib::attrs::PortState;
 use crate::ib::qp::QpType as IbQpType;
 use crate::net::backlog;
 use crate::net::backlog::LastBatch;
+use crate::net::fill::Fill;
 use crate::net::skb::{Skb, SkbQueue};
 use crate::net::tx::{self, Burst, IpIds, TxParams};
 use crate::net::udp_tunnel::TunnelRef;
@@ -120,11 +121,11 @@ pub(super) fn build(
         PayloadSource::Gather { len, .. } | PayloadSource::Remote { len, .. } => len as usize,
         PayloadSource::Bytes8(_) => 8,
     };
-    let mut h = *headers;
-    h.bth.pad_count = pad_count(plen);
-    let len = h.encoded_len() + plen + usize::from(h.bth.pad_count);
+    let h = headers;
+    let pad = usize::from(pad_count(plen));
+    let len = h.encoded_len() + plen + pad;
     // Numbered in its stream's sequence, so that a run of them may leave as one burst.
-    let ip_id = qp.stream(h.bth.opcode.info().is_request).ip_ids.next();
+    let ip_id = qp.stream(h.info().is_request).ip_ids.next();
     let (Some(params), Some(tun)) = (
         tx_params(qp, path, h.bth.dest_qp, Some(ip_id)),
         tunnel(qp, path.port_num),
@@ -139,14 +140,16 @@ pub(super) fn build(
         return (None, true);
     };
     let stale = !route.is_valid();
-    let built = tx::build_routed(tun, route, &params, len, |buf| {
-        let n = h.encode(buf).map_err(|_| EINVAL)?;
-        let rest = buf.get_mut(n..).ok_or(EINVAL)?;
-        let (body, pad) = rest.split_at_mut(plen.min(rest.len()));
-        gather(mem, payload, body).map_err(|_| EFAULT)?;
+    let built = tx::build_routed(tun, route, &params, len, |f| {
+        let hdr = f.zeroed(h.encoded_len())?;
+        match h.encode_for_payload(plen, hdr) {
+            Ok(n) if n == hdr.len() => {}
+            _ => return Err(EINVAL),
+        }
+        gather(mem, payload, plen, f).map_err(|_| EFAULT)?;
         // Most payloads need no pad: no call for nothing.
-        if !pad.is_empty() {
-            pad.fill(0);
+        if pad != 0 {
+            f.zeroed(pad)?;
         }
         Ok(())
     });
@@ -156,18 +159,18 @@ pub(super) fn build(
     (built.ok(), stale)
 }
 
-/// Copies a packet's payload from memory into `buf`.
-fn gather(mem: &QpMemory<'_>, payload: PayloadSource<'_>, buf: &mut [u8]) -> Result<(), MemError> {
+/// Appends a packet's `len`-byte payload from memory to `out`.
+fn gather(
+    mem: &QpMemory<'_>,
+    payload: PayloadSource<'_>,
+    len: usize,
+    out: &mut Fill<'_>,
+) -> Result<(), MemError> {
     match payload {
         PayloadSource::None => Ok(()),
-        PayloadSource::Gather { sges, offset, .. } => mem.gather(sges, offset, buf),
-        PayloadSource::Remote { rkey, va, .. } => mem.read_remote(rkey, va, buf),
-        PayloadSource::Bytes8(b) => {
-            buf.get_mut(..8)
-                .ok_or(MemError::OutOfBounds)?
-                .copy_from_slice(&b);
-            Ok(())
-        }
+        PayloadSource::Gather { sges, offset, .. } => mem.gather(sges, offset, len, out),
+        PayloadSource::Remote { rkey, va, .. } => mem.read_remote(rkey, va, len, out),
+        PayloadSource::Bytes8(b) => out.copy(&b).map_err(|_| MemError::OutOfBounds),
     }
 }
 

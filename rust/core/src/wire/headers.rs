@@ -174,6 +174,26 @@ impl Headers {
     /// syndrome values) are truncated to it. The caller sets BTH:PadCnt, e.g. with
     /// [`pad_count`].
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        self.encode_with(&self.bth, out)
+    }
+
+    /// [`Headers::encode`] with BTH:PadCnt set for a payload of `payload_len` bytes
+    /// ([`pad_count`]), whatever `self.bth.pad_count` holds: a sender need not copy the whole
+    /// header stack to set it.
+    pub fn encode_for_payload(
+        &self,
+        payload_len: usize,
+        out: &mut [u8],
+    ) -> Result<usize, EncodeError> {
+        let bth = Bth {
+            pad_count: pad_count(payload_len),
+            ..self.bth
+        };
+        self.encode_with(&bth, out)
+    }
+
+    /// [`Headers::encode`] with `bth` in place of `self.bth`.
+    fn encode_with(&self, bth: &Bth, out: &mut [u8]) -> Result<usize, EncodeError> {
         if !self.is_consistent() {
             return Err(EncodeError::HeaderMismatch);
         }
@@ -181,7 +201,7 @@ impl Headers {
         if out.len() < len {
             return Err(EncodeError::BufferTooSmall);
         }
-        let mut off = self.bth.encode(out)?;
+        let mut off = bth.encode(out)?;
         if let Some(x) = &self.deth {
             off += x.encode(tail_mut(out, off))?;
         }
@@ -373,5 +393,43 @@ mod tests {
         let h = full(Opcode::RcCompareSwap);
         assert_eq!(h.encode(&mut out[..39]), Err(EncodeError::BufferTooSmall));
         assert_eq!(h.encode(&mut out[..40]), Ok(40));
+    }
+
+    /// Encoding for a payload length writes what encoding a copy with BTH:PadCnt set for it
+    /// writes, whatever PadCnt the headers hold, and checks as `encode` does.
+    #[test]
+    fn encode_for_payload_sets_only_the_pad_count() {
+        for op in [
+            Opcode::RcSendOnly,
+            Opcode::RcRdmaWriteFirst,
+            Opcode::UdSendOnlyWithImmediate,
+        ] {
+            for held in 0..4 {
+                let mut h = full(op);
+                h.bth.pad_count = held;
+                for len in 0..9 {
+                    let mut want = [0u8; 64];
+                    let mut copy = h;
+                    copy.bth.pad_count = pad_count(len);
+                    let n = copy.encode(&mut want);
+                    let mut got = [0xaa_u8; 64];
+                    assert_eq!(h.encode_for_payload(len, &mut got), n);
+                    let n = n.unwrap_or(0);
+                    assert_eq!(got[..n], want[..n]);
+                    assert_eq!(got[1] >> 4 & 3, pad_count(len));
+                }
+            }
+        }
+        let mut h = full(Opcode::RcRdmaWriteFirst);
+        let mut out = [0u8; 64];
+        assert_eq!(
+            h.encode_for_payload(3, &mut out[..27]),
+            Err(EncodeError::BufferTooSmall)
+        );
+        h.reth = None;
+        assert_eq!(
+            h.encode_for_payload(3, &mut out),
+            Err(EncodeError::HeaderMismatch)
+        );
     }
 }
