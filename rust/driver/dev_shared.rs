@@ -339,8 +339,7 @@ impl DevShared {
     /// Stops the receive path of this device: it no longer gets packets, and the ones being
     /// handled are done when this returns. Process context.
     pub fn shutdown(self: &Arc<Self>) {
+        // It waits for the packets being handled: they are inside an RCU read-side section.
         udp_tunnel::unlisten(&**self);
-        // Packets are handled inside the UDP layer's RCU read-side section.
-        crate::sync::rcu::synchronize();
     }
 }

@@ -235,9 +235,60 @@ const READY: u8 = 2;
 /// Where `LISTENERS` is in its initialisation.
 static LISTENERS_STATE: AtomicU8 = AtomicU8::new(UNINIT);
 
-/// The locked listener list, or `None` before [`rx_init`] has run.
+/// The locked listener list, or `None` before [`rx_init`] has run. Writers only: [`dispatch`]
+/// reads [`PUBLISHED`].
 fn listeners() -> Option<GlobalGuard<Listeners>> {
     (LISTENERS_STATE.load(Ordering::Acquire) == READY).then(|| LISTENERS.lock())
+}
+
+/// A copy of the listener list for [`dispatch`] to read under RCU, with no lock and no
+/// reference taken per packet; null when there is no listener.
+///
+/// # Invariants
+///
+/// Non-null values come from `KBox::into_raw` and are stored only under the `LISTENERS` lock.
+/// A value is freed only by the writer that replaced it, after a grace period that began once
+/// it was replaced; until then its listeners are alive (it holds a reference to each).
+static PUBLISHED: AtomicPtr<KVec<Arc<dyn RxListener>>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Publishes a copy of the locked `list` and returns the copy it replaces, for [`retire`] once
+/// the lock is dropped.
+fn publish(list: &GlobalGuard<Listeners>) -> Result<Retired> {
+    let new = if list.is_empty() {
+        core::ptr::null_mut()
+    } else {
+        let mut copy = KVec::with_capacity(list.len(), GFP_ATOMIC)?;
+        for l in list.iter() {
+            copy.push(l.clone(), GFP_ATOMIC)?;
+        }
+        KBox::into_raw(KBox::new(copy, GFP_ATOMIC)?)
+    };
+    // INVARIANT: stored under the lock (the caller holds it); the old value is handed to
+    // `retire`, which frees it after a grace period.
+    Ok(Retired(PUBLISHED.swap(new, Ordering::AcqRel)))
+}
+
+/// Publishes no list, with the `LISTENERS` lock held (`_list`), and returns the one it
+/// replaces, for [`retire`].
+fn unpublish(_list: &GlobalGuard<Listeners>) -> Retired {
+    // INVARIANT: stored under the lock; the old value goes to `retire`.
+    Retired(PUBLISHED.swap(core::ptr::null_mut(), Ordering::AcqRel))
+}
+
+/// A listener list no longer published, still possibly read by [`dispatch`].
+struct Retired(*mut KVec<Arc<dyn RxListener>>);
+
+/// Waits until no [`dispatch`] reads `old`, then frees it (dropping its listener references).
+/// Process context: sleeps.
+fn retire(old: Retired) {
+    if old.0.is_null() {
+        return;
+    }
+    crate::sync::rcu::synchronize();
+    // SAFETY: `old` came from `KBox::into_raw` (type invariant of `PUBLISHED`) and was swapped
+    // out by our caller's `publish`, so no one else frees it; every read-side section that may
+    // have seen it has ended.
+    drop(unsafe { KBox::from_raw(old.0) });
 }
 
 /// Sets up the listener list and installs [`dispatch`] as the receive hook. Call it in module
@@ -256,15 +307,27 @@ pub fn rx_init() {
     set_rx_hook(dispatch);
 }
 
-/// Makes [`dispatch`] hand `l` the packets it accepts. Any context (allocates atomically).
+/// Makes [`dispatch`] hand `l` the packets it accepts. Process context: waits for an RCU grace
+/// period.
 pub fn listen(l: Arc<dyn RxListener>) -> Result {
-    let mut list = listeners().ok_or(EINVAL)?;
-    list.push(l, GFP_ATOMIC)?;
+    let old = {
+        let mut list = listeners().ok_or(EINVAL)?;
+        list.push(l, GFP_ATOMIC)?;
+        match publish(&list) {
+            Ok(old) => old,
+            Err(e) => {
+                // Not published: leave both lists as they were.
+                list.pop();
+                return Err(e);
+            }
+        }
+    };
+    retire(old);
     Ok(())
 }
 
-/// Stops dispatching packets to `l` (packets already being handled may still run: an RCU grace
-/// period waits for them).
+/// Stops dispatching packets to `l`; packets being handled by it are done when this returns
+/// (it waits for an RCU grace period). Process context.
 pub fn unlisten(l: &dyn RxListener) {
     let same = |d: &Arc<dyn RxListener>| {
         core::ptr::eq(
@@ -272,25 +335,35 @@ pub fn unlisten(l: &dyn RxListener) {
             core::ptr::from_ref(l).cast::<u8>(),
         )
     };
-    let removed = {
+    let (removed, old) = {
         let Some(mut list) = listeners() else { return };
-        let i = list.iter().position(same);
-        i.map(|i| list.remove(i))
-    };
-    // Dropped here, outside the lock.
-    drop(removed);
-    if let Some(mut list) = listeners() {
+        let Some(i) = list.iter().position(same) else {
+            return;
+        };
+        let removed = list.remove(i);
+        // A list one shorter needs no more memory than the one published; should the copy
+        // fail anyway, publish nothing: a lost listener is better than a freed one seen.
+        let old = publish(&list).unwrap_or_else(|_| unpublish(&list));
         if list.is_empty() {
             // Free the storage: the static is never dropped.
             *list = KVec::new();
         }
-    }
+        (removed, old)
+    };
+    retire(old);
+    // Dropped after the grace period, outside the lock.
+    drop(removed);
 }
 
 /// The receive hook [`rx_init`] installs (softirq): hands the packet to the first listener that
 /// accepts it, or drops it when none does.
 pub fn dispatch(skb: Skb) {
-    let l = listeners().and_then(|list| list.iter().find(|l| l.accepts(&skb)).cloned());
+    let _rcu = kernel::sync::rcu::read_lock();
+    let list = PUBLISHED.load(Ordering::Acquire);
+    // SAFETY: a published list stays allocated, with its listeners alive, until a grace period
+    // after it is replaced (type invariant of `PUBLISHED`), and this read-side section began
+    // before any such period could end.
+    let l = unsafe { list.as_ref() }.and_then(|list| list.iter().find(|l| l.accepts(&skb)));
     match l {
         Some(l) => l.receive(skb),
         // Not ours (e.g. a netdev without an rvrdma device): drop.
