@@ -114,7 +114,9 @@ no_retransmission() {
 # retransmission_point: no_retransmission as a test point. ibv_rc_pingpong fixes its Local ACK
 # Timeout at 14 (4.096 us * 2^14 = 67 ms); where one message (half an iteration) takes longer
 # than that (a debug kernel on a loaded machine), the requester rightly resends before the ACK
-# comes, so a moved counter there proves nothing: the point is skipped, with the timing.
+# comes, so a moved counter there proves nothing. The tool prints only the mean iteration: once
+# that passes the timeout, a message takes over half of it on average, and the slowest of 200
+# pass it (seen on the debug kernel at a 97 ms mean), so the point is skipped, with the timing.
 retransmission_point() {
 	local desc="a clean link needs no retransmission: ibv_rc_pingpong 100 x 64 KiB moves no retry counter"
 	local out usec
@@ -124,8 +126,8 @@ retransmission_point() {
 	fi
 	diag "$out"
 	usec=$(sed -n 's/.* = \([0-9]*\)\.[0-9]* usec\/iter.*/\1/p' <<<"$out" | tail -n 1)
-	if [ "${usec:-0}" -gt $((2 * 67109)) ]; then
-		ktap_test_skip "$desc: an iteration took $usec us, over twice the 67 ms ACK timeout"
+	if [ "${usec:-0}" -gt 67109 ]; then
+		ktap_test_skip "$desc: an iteration took $usec us on average, over the 67 ms ACK timeout"
 	else
 		ktap_test_fail "$desc"
 	fi
