@@ -77,8 +77,15 @@ impl<'a> Fill<'a> {
     /// The `len` bytes at the pointer [`Fill::spare`] last returned, with no fill or advance
     /// since, must have been written, and `len` must be at most what that call asked for.
     pub unsafe fn advance(&mut self, len: usize) {
+        debug_assert!(len <= self.remaining());
         // INVARIANT: per the caller, `len` more bytes are written and within the buffer.
         self.filled += len;
+    }
+
+    /// How many bytes are filled, if this fill is over exactly the `len` bytes at `p`; else
+    /// `None` (a writer handed `&mut Fill` may have put another one in its place).
+    pub(super) fn filled_over(&self, p: *const MaybeUninit<u8>, len: usize) -> Option<usize> {
+        (core::ptr::eq(self.buf.as_ptr(), p) && self.buf.len() == len).then_some(self.filled)
     }
 
     /// The whole buffer as bytes, if every byte is filled.

@@ -344,7 +344,8 @@ mod tests {
     }
 
     /// A fill counts only what was written, in order, and gives the bytes back only when all
-    /// are; an skb's `put_with` zeroes what its writer left, and `push` what it prepends.
+    /// are; an skb's `put_with` zeroes what its writer left (or all, if the writer replaced
+    /// the fill), and `push` what it prepends.
     #[test]
     fn fill_counts_what_is_written() {
         let mut raw = [MaybeUninit::new(0xaa_u8); 8];
@@ -368,17 +369,24 @@ mod tests {
             panic!("alloc");
         };
         assert!(skb.reserve(8).is_ok());
-        // Leave junk where a later packet would be built.
+        // Bytes written in full are kept.
         assert!(skb.put_with(20, |f| f.copy(&[0x5a; 20])).is_ok());
         assert!(skb.put_with(100_000, |_| Ok(())).is_err());
         assert_eq!(skb.put_with(6, |f| f.copy(&[1, 2]).map(|()| 42)), Ok(42));
         assert!(skb
             .put_with(4, |f| f.copy(&[9]).and(Err::<(), _>(EINVAL)))
             .is_err());
+        // A writer that swaps in a fill of its own leaves the skb's bytes to be zeroed.
+        assert!(skb
+            .put_with(3, |f| {
+                *f = Fill::new(&mut []);
+                Ok(())
+            })
+            .is_ok());
         assert!(skb.push(8).is_ok_and(|h| h == [0; 8]));
         let d = skb.data();
-        assert_eq!(d.len(), 8 + 20 + 6 + 4);
-        assert_eq!(&d[28..], &[1, 2, 0, 0, 0, 0, 9, 0, 0, 0]);
+        assert_eq!(d.len(), 8 + 20 + 6 + 4 + 3);
+        assert_eq!(&d[28..], &[1, 2, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0]);
     }
 
     /// The room an skb has, read in Rust from its fields: headroom is what `reserve` left and

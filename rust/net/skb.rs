@@ -213,8 +213,8 @@ impl Skb {
     }
 
     /// Appends `len` bytes at the tail, written by `f` through a [`Fill`] (no pass zeroes them
-    /// first); any bytes `f` leaves unwritten are zeroed. Returns what `f` returns. `EMSGSIZE` if
-    /// the tailroom is too small.
+    /// first); any bytes `f` leaves unwritten are zeroed. Returns what `f` returns; the bytes
+    /// stay appended when `f` fails. `EMSGSIZE` if the tailroom is too small.
     pub(crate) fn put_with<R>(
         &mut self,
         len: usize,
@@ -231,8 +231,12 @@ impl Skb {
         let buf = unsafe { core::slice::from_raw_parts_mut(p, len) };
         let mut fill = Fill::new(buf);
         let r = f(&mut fill);
-        // The skb's data is read as bytes from here on: none may stay uninitialised.
-        fill.zeroed(fill.remaining())?;
+        // The skb's data is read as bytes from here on: none may stay uninitialised. Trust the
+        // count only of the fill we made (`f` could have swapped in another).
+        let filled = fill.filled_over(p, len).unwrap_or(0);
+        // SAFETY: `filled <= len`, so `p + filled .. p + len` lies in the bytes `skb_put` gave;
+        // `fill` is not used again.
+        unsafe { core::ptr::write_bytes(p.add(filled), 0, len - filled) };
         r
     }
 

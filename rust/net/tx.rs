@@ -197,10 +197,10 @@ pub fn build(
 }
 
 /// Builds a RoCEv2 packet along `route`: exactly `transport_len` bytes written by `fill` (BTH,
-/// extension headers, payload and pad; `EINVAL` for any other count), then the ICRC, UDP (port 4791 from `p.src_port`, checksum 0) and
-/// IP headers, `skb->dev`/`protocol`, the dst and the owner socket. `GFP_ATOMIC` only, never
-/// sleeps: callable with IRQs disabled and spinlocks held. Send the result with [`Skb::send`]
-/// after dropping the locks. `ENETDOWN` when the namespace's sockets are gone, `EINVAL` when the
+/// extension headers, payload and pad; `EINVAL` for any other count), then the ICRC, UDP (port
+/// 4791 from `p.src_port`, checksum 0) and IP headers, `skb->dev`/`protocol`, the dst and the
+/// owner socket. `GFP_ATOMIC` only, never sleeps: callable with IRQs disabled and spinlocks
+/// held. Send the result with [`Skb::send`] after dropping the locks. `ENETDOWN` when the namespace's sockets are gone, `EINVAL` when the
 /// route's family does not match the GIDs, `EMSGSIZE` for more than an IP datagram holds.
 pub fn build_routed(
     tun: &TunnelRef,

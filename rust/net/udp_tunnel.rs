@@ -11,15 +11,15 @@
 use super::netdev::NetDev;
 use super::skb::Skb;
 use crate::bindings as b;
-use crate::sync::irq_spinlock::IrqSpinLockBackend;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use kernel::{
     prelude::*,
     sync::{
-        lock::{GlobalGuard, GlobalLock, GlobalLockBackend},
+        lock::{mutex::MutexBackend, GlobalGuard, GlobalLock, GlobalLockBackend},
         Arc, LockClassKey,
     },
+    time::{delay::fsleep, Delta},
     types::Opaque,
 };
 
@@ -214,7 +214,8 @@ enum Listeners {}
 impl GlobalLockBackend for Listeners {
     const NAME: &'static CStr = c"rvrdma_rx_devices";
     type Item = KVec<Arc<dyn RxListener>>;
-    type Backend = IrqSpinLockBackend;
+    // Writers only, in process context: the receive path reads `PUBLISHED`.
+    type Backend = MutexBackend;
 
     fn get_lock_class() -> Pin<&'static LockClassKey> {
         kernel::static_lock_class!()
@@ -246,36 +247,37 @@ fn listeners() -> Option<GlobalGuard<Listeners>> {
 ///
 /// # Invariants
 ///
-/// Non-null values come from `KBox::into_raw` and are stored only under the `LISTENERS` lock.
-/// A value is freed only by the writer that replaced it, after a grace period that began once
-/// it was replaced; until then its listeners are alive (it holds a reference to each).
+/// Non-null values come from `KBox::into_raw` and are stored only by [`publish`], under the
+/// `LISTENERS` lock. A value is freed only through the [`Retired`] that took it out, after a
+/// grace period that began once it was replaced; until then its listeners are alive (it holds
+/// a reference to each).
 static PUBLISHED: AtomicPtr<KVec<Arc<dyn RxListener>>> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Publishes a copy of the locked `list` and returns the copy it replaces, for [`retire`] once
-/// the lock is dropped.
+/// the lock is dropped. Process context.
 fn publish(list: &GlobalGuard<Listeners>) -> Result<Retired> {
     let new = if list.is_empty() {
         core::ptr::null_mut()
     } else {
-        let mut copy = KVec::with_capacity(list.len(), GFP_ATOMIC)?;
+        let mut copy = KVec::with_capacity(list.len(), GFP_KERNEL)?;
         for l in list.iter() {
-            copy.push(l.clone(), GFP_ATOMIC)?;
+            copy.push(l.clone(), GFP_KERNEL)?;
         }
-        KBox::into_raw(KBox::new(copy, GFP_ATOMIC)?)
+        KBox::into_raw(KBox::new(copy, GFP_KERNEL)?)
     };
-    // INVARIANT: stored under the lock (the caller holds it); the old value is handed to
-    // `retire`, which frees it after a grace period.
+    // INVARIANT: stored under the lock (the caller holds it); the value it replaces goes into
+    // the `Retired`, its only owner from here.
     Ok(Retired(PUBLISHED.swap(new, Ordering::AcqRel)))
 }
 
-/// Publishes no list, with the `LISTENERS` lock held (`_list`), and returns the one it
-/// replaces, for [`retire`].
-fn unpublish(_list: &GlobalGuard<Listeners>) -> Retired {
-    // INVARIANT: stored under the lock; the old value goes to `retire`.
-    Retired(PUBLISHED.swap(core::ptr::null_mut(), Ordering::AcqRel))
-}
-
-/// A listener list no longer published, still possibly read by [`dispatch`].
+/// A listener list taken out of [`PUBLISHED`], still possibly read by [`dispatch`]: give it to
+/// [`retire`] (dropped, it leaks).
+///
+/// # Invariants
+///
+/// The pointer is null or a value [`publish`] swapped out of `PUBLISHED`, owned by this
+/// `Retired` alone.
+#[must_use]
 struct Retired(*mut KVec<Arc<dyn RxListener>>);
 
 /// Waits until no [`dispatch`] reads `old`, then frees it (dropping its listener references).
@@ -285,9 +287,9 @@ fn retire(old: Retired) {
         return;
     }
     crate::sync::rcu::synchronize();
-    // SAFETY: `old` came from `KBox::into_raw` (type invariant of `PUBLISHED`) and was swapped
-    // out by our caller's `publish`, so no one else frees it; every read-side section that may
-    // have seen it has ended.
+    // SAFETY: `old` came from `KBox::into_raw` (type invariant of `PUBLISHED`) and is owned by
+    // `old` alone (type invariant of `Retired`); every read-side section that may have seen it
+    // has ended.
     drop(unsafe { KBox::from_raw(old.0) });
 }
 
@@ -341,9 +343,17 @@ pub fn unlisten(l: &dyn RxListener) {
             return;
         };
         let removed = list.remove(i);
-        // A list one shorter needs no more memory than the one published; should the copy
-        // fail anyway, publish nothing: a lost listener is better than a freed one seen.
-        let old = publish(&list).unwrap_or_else(|_| unpublish(&list));
+        // The listener must be out of the published list before this returns (its device is
+        // freed next), and the other devices must stay in it: wait for memory.
+        let old = loop {
+            match publish(&list) {
+                Ok(old) => break old,
+                Err(_) => {
+                    pr_warn!("no memory to unlist a device; retrying\n");
+                    fsleep(Delta::from_millis(10));
+                }
+            }
+        };
         if list.is_empty() {
             // Free the storage: the static is never dropped.
             *list = KVec::new();
