@@ -67,7 +67,8 @@ impl<'a> Fill<'a> {
         if len > self.remaining() {
             return Err(EMSGSIZE);
         }
-        Ok(self.buf[self.filled..].as_mut_ptr().cast())
+        let rest = self.buf.get_mut(self.filled..).ok_or(EMSGSIZE)?;
+        Ok(rest.as_mut_ptr().cast())
     }
 
     /// Counts `len` more bytes as filled.

@@ -314,7 +314,7 @@ pub fn rx_init() {
 pub fn listen(l: Arc<dyn RxListener>) -> Result {
     let old = {
         let mut list = listeners().ok_or(EINVAL)?;
-        list.push(l, GFP_ATOMIC)?;
+        list.push(l, GFP_KERNEL)?;
         match publish(&list) {
             Ok(old) => old,
             Err(e) => {
