@@ -420,6 +420,25 @@ mod tests {
             mem.gather(&[sg(0, 2), sg(4, 4)], 1, 5, &mut out),
             Err(MemError::OutOfBounds)
         );
+        // A range within one SGE (the single-piece path), past SGEs it skips, an empty SGE
+        // with an unknown key skipped wherever it lies (never looked up), and nothing at all.
+        let empty = Sge {
+            addr: 0,
+            length: 0,
+            lkey: 0x1234,
+        };
+        for (list, offset, len, want) in [
+            (&[sg(0, 2), sg(4, 4)][..], 2, 3, &[5u8, 6, 7][..]),
+            (&[sg(0, 2), sg(4, 4)][..], 3, 3, &[6, 7, 8][..]),
+            (&[empty, sg(0, 2)][..], 0, 2, &[1, 2][..]),
+            (&[sg(0, 2), empty, sg(4, 4)][..], 1, 5, &[2, 5, 6, 7, 8][..]),
+            (&[sg(0, 2), empty][..], 2, 0, &[][..]),
+        ] {
+            let mut raw = [MaybeUninit::uninit(); 5];
+            let mut out = Fill::new(&mut raw[..len]);
+            assert_eq!(mem.gather(list, offset, len, &mut out), Ok(()));
+            assert_eq!(out.into_init().as_deref(), Some(want));
+        }
         assert_eq!(mem.scatter(&[sg(0, 2)], 0, &[9]), Err(MemError::BadKey));
         // Unknown keys.
         let mr_sg = Sge {

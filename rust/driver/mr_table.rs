@@ -825,6 +825,22 @@ impl<'a> QpMemory<'a> {
         Ok((mr, pos))
     }
 
+    /// The piece of `len` bytes `skip` bytes into the SGE `s`, checked for `access`.
+    fn piece(&self, s: &Sge, skip: usize, len: usize, access: u32) -> Result<Piece, MemError> {
+        let va = s
+            .addr
+            .checked_add(skip as u64)
+            .ok_or(MemError::OutOfBounds)?;
+        if s.lkey == INLINE_LKEY {
+            if access != 0 || !in_range(0, self.inline.len() as u64, va, len as u64) {
+                return Err(MemError::BadKey);
+            }
+            return Ok((None, va, len));
+        }
+        let (mr, pos) = self.resolve_local(s.lkey, va, len as u64, access)?;
+        Ok((Some(mr), pos, len))
+    }
+
     /// Resolves `[offset, offset + total)` of the SGE list into at most `MAX_SGE` pieces, all
     /// checked for `access` before any byte moves; calls `f(piece, done)` on each.
     fn resolve_sges(
@@ -835,11 +851,28 @@ impl<'a> QpMemory<'a> {
         access: u32,
         mut f: impl FnMut(&Piece, usize) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
-        let mut pieces: [Option<Piece>; MAX_SGE] = Default::default();
         let mut skip = offset as usize;
+        // The SGEs the range begins in: those before it are skipped.
+        let mut rest = sges;
+        while let Some((s, after)) = rest.split_first() {
+            if skip < s.length as usize {
+                break;
+            }
+            skip -= s.length as usize;
+            rest = after;
+        }
+        // Within one SGE, as nearly every packet of a stream is: one piece, and no list of them
+        // to fill and drop.
+        if let Some(s) = rest.first().filter(|s| total <= s.length as usize - skip) {
+            if total == 0 {
+                return Ok(());
+            }
+            return f(&self.piece(s, skip, total, access)?, 0);
+        }
+        let mut pieces: [Option<Piece>; MAX_SGE] = Default::default();
         let mut left = total;
         let mut n = 0;
-        for s in sges {
+        for s in rest {
             if left == 0 {
                 break;
             }
@@ -849,19 +882,7 @@ impl<'a> QpMemory<'a> {
                 continue;
             }
             let len = (slen - skip).min(left);
-            let va = s
-                .addr
-                .checked_add(skip as u64)
-                .ok_or(MemError::OutOfBounds)?;
-            let piece = if s.lkey == INLINE_LKEY {
-                if access != 0 || !in_range(0, self.inline.len() as u64, va, len as u64) {
-                    return Err(MemError::BadKey);
-                }
-                (None, va, len)
-            } else {
-                let (mr, pos) = self.resolve_local(s.lkey, va, len as u64, access)?;
-                (Some(mr), pos, len)
-            };
+            let piece = self.piece(s, skip, len, access)?;
             *pieces.get_mut(n).ok_or(MemError::OutOfBounds)? = Some(piece);
             n += 1;
             skip = 0;

@@ -18,7 +18,7 @@ use crate::net::roce::{IcrcAt, RoceRx, RoceRxError, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
-use crate::rvcore::wire::bth::{RawBth, MULTICAST_QPN};
+use crate::rvcore::wire::bth::{Bth, RawBth, MULTICAST_QPN};
 use crate::rvcore::wire::{DecodeError, Glance, Headers};
 use core::ops::Range;
 use core::sync::atomic::Ordering;
@@ -47,12 +47,13 @@ impl RxListener for DevShared {
 /// A packet handled at once: its headers, parsed, with nothing borrowed from its skb (so that
 /// the ICRC check, [`Inbound::icrc_ok`], may mask the packet's headers in place); the payload
 /// is [`Inbound::payload`]. Offsets are into the data of the skb parsed, which stays at the IP
-/// header (nothing after [`ip_udp`] pulls or pushes it).
+/// header (nothing after [`ip_udp`] pulls or pushes it). The transport headers are decoded
+/// apart, where the caller keeps them ([`decode`]): a header stack moved is a `memcpy`.
 struct Inbound {
     /// The port it arrived for (1-based).
     port: u8,
-    /// The transport headers, and where the payload lies in the skb's data.
-    decoded: Result<(Headers, Range<usize>), DecodeError>,
+    /// Where the payload lies in the skb's data, or why the transport headers did not decode.
+    decoded: Result<Range<usize>, DecodeError>,
     /// The BTH of an opcode the decoder does not know.
     raw: Option<RawBth>,
     dest_qp: u32,
@@ -83,14 +84,20 @@ impl Inbound {
         path_match(self.port, self.src_gid, self.dst_gid, ip)
     }
 
-    /// The decoded headers and the payload, in `data` (the data of the skb parsed).
-    fn payload<'a>(&self, data: &'a [u8]) -> Result<(&Headers, &'a [u8]), DecodeError> {
-        match &self.decoded {
-            Ok((h, range)) => data
+    /// The decoded headers `h` ([`decode`]'s) and the payload, in `data` (the data of the skb
+    /// parsed).
+    fn payload<'a, 'h>(
+        &self,
+        h: &'h Option<Headers>,
+        data: &'a [u8],
+    ) -> Result<(&'h Headers, &'a [u8]), DecodeError> {
+        match (&self.decoded, h) {
+            (Ok(range), Some(h)) => data
                 .get(range.clone())
                 .map(|p| (h, p))
                 .ok_or(DecodeError::Truncated),
-            Err(e) => Err(*e),
+            (Ok(_), None) => Err(DecodeError::Truncated),
+            (Err(e), _) => Err(*e),
         }
     }
 }
@@ -134,22 +141,25 @@ fn ip_udp<'a>(c: &Counters, parsed: Result<RoceRx<'a>, RoceRxError>) -> Option<R
     }
 }
 
-/// Decodes the transport headers of a packet whose IP and UDP headers are `rx`, without the
-/// ICRC. What is malformed is counted and `None`.
-fn decode(c: &Counters, port: u8, rx: &RoceRx<'_>) -> Option<Inbound> {
+/// Decodes the transport headers of a packet whose IP and UDP headers are `rx` into `h`, without
+/// the ICRC. What is malformed is counted and `None`.
+fn decode(c: &Counters, port: u8, rx: &RoceRx<'_>, h: &mut Option<Headers>) -> Option<Inbound> {
     // The payload's place in the skb's data, which starts at the IP header.
     let base = rx.ip_header.len() + UDP_HLEN;
-    let decoded = Headers::decode(rx.udp_payload).map(|(h, r)| (h, r.start + base..r.end + base));
+    let decoded = Bth::decode(rx.udp_payload).and_then(|bth| {
+        let h = h.insert(Headers::new(bth));
+        Headers::decode_into(rx.udp_payload, h).map(|r| r.start + base..r.end + base)
+    });
     // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
     // reserved RC opcode with an Invalid Request NAK, seed 001); anything else is malformed.
     let raw = match decoded {
         Err(DecodeError::UnknownOpcode(_)) => RawBth::decode(rx.udp_payload).ok(),
         _ => None,
     };
-    let dest_qp = match (&decoded, &raw) {
-        (Ok((h, _)), _) => h.bth.dest_qp,
-        (Err(_), Some(b)) => b.dest_qp,
-        (Err(_), None) => {
+    let dest_qp = match (&decoded, h.as_ref(), &raw) {
+        (Ok(_), Some(h), _) => h.bth.dest_qp,
+        (Err(_), _, Some(b)) => b.dest_qp,
+        _ => {
             count_bad(c, rx);
             return None;
         }
@@ -210,17 +220,24 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
     let Some(rx) = ip_udp(c, skb.roce_headers()) else {
         return;
     };
-    let Some(p) = decode(c, port, &rx) else {
+    let mut h = None;
+    let Some(p) = decode(c, port, &rx, &mut h) else {
         return;
     };
     if glance.is_none() {
         qp = qp_for(dev, p.dest_qp, port);
     }
-    deliver(dev, p, &mut skb, qp);
+    deliver(dev, &p, &h, &mut skb, qp);
 }
 
 /// Handles a packet at once: checks its ICRC and hands it to its QP (or multicast group).
-fn deliver(dev: &DevShared, p: Inbound, skb: &mut Skb, qp: Option<Arc<QpShared>>) {
+fn deliver(
+    dev: &DevShared,
+    p: &Inbound,
+    h: &Option<Headers>,
+    skb: &mut Skb,
+    qp: Option<Arc<QpShared>>,
+) {
     let c = &dev.counters;
     if !p.icrc_ok(skb, c) {
         return;
@@ -228,7 +245,7 @@ fn deliver(dev: &DevShared, p: Inbound, skb: &mut Skb, qp: Option<Arc<QpShared>>
     let data = skb.data();
     let pm = p.path_match(data);
     if p.dest_qp == MULTICAST_QPN {
-        multicast(dev, p.port, &p.dst_gid, p.payload(data), &pm, p.ip_len);
+        multicast(dev, p.port, &p.dst_gid, p.payload(h, data), &pm, p.ip_len);
         return;
     }
     let Some(qp) = qp else {
@@ -236,7 +253,7 @@ fn deliver(dev: &DevShared, p: Inbound, skb: &mut Skb, qp: Option<Arc<QpShared>>
         return;
     };
     count_rcvd(c, p.ip_len);
-    match (p.payload(data), p.raw) {
+    match (p.payload(h, data), p.raw) {
         (Ok((h, payload)), _) => qp.receive(h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
         (Err(_), None) => {}
@@ -263,32 +280,49 @@ impl Checked {
 }
 
 /// A packet taken from a QP's receive queue, for that QP: its headers decoded and its ICRC
-/// checked (only a packet that arrived on a port's netdev is queued). `None` when it is to be
-/// dropped (counted). Any context, no lock needed. Built in one piece, without an [`Inbound`]:
-/// every packet of a stream comes this way, and each move of the headers is a `memcpy`.
-pub(crate) fn queued(dev: &DevShared, skb: &mut Skb) -> Option<Checked> {
+/// checked (only a packet that arrived on a port's netdev is queued), into `slot`, which is
+/// `None` after when it is to be dropped (counted). Any context, no lock needed. The headers are
+/// decoded where they stay ([`Headers::decode_into`]), without an [`Inbound`]: every packet of a
+/// stream comes this way, and each move of a header stack is a `memcpy`.
+pub(crate) fn queued(dev: &DevShared, skb: &mut Skb, slot: &mut Option<Checked>) {
+    *slot = None;
     let c = &dev.counters;
-    let (port, _) = port_of(dev, skb, true)?;
-    let rx = ip_udp(c, skb.parse_roce_headers())?;
-    let base = rx.ip_header.len() + UDP_HLEN;
-    let Ok((h, range)) = Headers::decode(rx.udp_payload) else {
-        count_bad(c, &rx);
-        return None;
+    let Some((port, _)) = port_of(dev, skb, true) else {
+        return;
     };
-    let pm = path_match(port, rx.src_gid, rx.dst_gid, rx.ip_header);
+    let Some(rx) = ip_udp(c, skb.parse_roce_headers()) else {
+        return;
+    };
+    let Ok(bth) = Bth::decode(rx.udp_payload) else {
+        count_bad(c, &rx);
+        return;
+    };
+    let checked = slot.insert(Checked {
+        h: Headers::new(bth),
+        payload: 0..0,
+        pm: path_match(port, rx.src_gid, rx.dst_gid, rx.ip_header),
+    });
+    let Ok(range) = Headers::decode_into(rx.udp_payload, &mut checked.h) else {
+        count_bad(c, &rx);
+        *slot = None;
+        return;
+    };
+    let base = rx.ip_header.len() + UDP_HLEN;
     let icrc = rx.icrc_at();
     let ip_len = base + rx.udp_payload.len();
     let payload = range.start + base..range.end + base;
     if !skb.icrc_ok(&icrc) {
         Counters::inc(&c.icrc_errors);
-        return None;
+        *slot = None;
+        return;
     }
     if skb.data().len() < payload.end {
         Counters::inc(&c.rx_malformed);
-        return None;
+        *slot = None;
+        return;
     }
+    checked.payload = payload;
     count_rcvd(c, ip_len);
-    Some(Checked { h, payload, pm })
 }
 
 /// The path a packet arrived on: its port, GIDs and IP header's fields.

@@ -481,6 +481,7 @@ impl QpShared {
             Entry::RxQueue(_) => rx_queue::BATCH,
             Entry::RxBatch(_) | Entry::Doorbell | Entry::Ports => 0,
         };
+        let mut checked = None;
         for _ in 0..drain {
             let Some(mut skb) = self.pop_rx() else {
                 break;
@@ -490,7 +491,8 @@ impl QpShared {
                 Entry::RxQueue(true) => Counters::inc(&self.dev.counters.rx_queue_help_pkts),
                 _ => {}
             }
-            if let Some(c) = super::receive::queued(&self.dev, &mut skb) {
+            super::receive::queued(&self.dev, &mut skb, &mut checked);
+            if let Some(c) = &checked {
                 let payload = c.payload(&skb);
                 self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
             }

@@ -314,7 +314,7 @@ impl QpShared {
         match self.claim_rx(help) {
             Claim::Batch(ticket, mut batch) => {
                 for p in batch.iter_mut() {
-                    p.checked = receive::queued(&self.dev, &mut p.skb);
+                    receive::queued(&self.dev, &mut p.skb, &mut p.checked);
                 }
                 // The batches before it are in hand on other CPUs, which cannot be held up
                 // (bottom halves off there too).

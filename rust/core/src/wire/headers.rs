@@ -100,46 +100,49 @@ impl Headers {
     /// BTH:PadCnt fits and payload + pad is a multiple of 4; opcodes without payload carry none.
     /// Reserved bits are ignored. Never panics.
     pub fn decode(buf: &[u8]) -> Result<(Headers, Range<usize>), DecodeError> {
-        let bth = Bth::decode(buf)?;
-        let info = bth.opcode.info();
+        let mut h = Headers::new(Bth::decode(buf)?);
+        let range = h.decode_extensions(buf)?;
+        Ok((h, range))
+    }
+
+    /// [`Headers::decode`] into `out`, which a receive path keeps where the packet's other
+    /// results are (a header stack moved by value is a `memcpy` a packet). Returns the payload's
+    /// range; on an error `out` holds nothing meaningful.
+    pub fn decode_into(buf: &[u8], out: &mut Headers) -> Result<Range<usize>, DecodeError> {
+        out.bth = Bth::decode(buf)?;
+        out.decode_extensions(buf)
+    }
+
+    /// Decodes the extension headers `self.bth`'s opcode dictates from `buf` (BTH .. ICRC) into
+    /// `self`, every one of them written (absent ones as `None`), and returns the payload's
+    /// range ([`Headers::decode`]).
+    fn decode_extensions(&mut self, buf: &[u8]) -> Result<Range<usize>, DecodeError> {
+        let info = self.bth.opcode.info();
         let min = info.header_len + ICRC_LEN;
         if buf.len() < min {
             return Err(DecodeError::Truncated);
         }
-        let mut h = Headers::new(bth);
         let mut off = Bth::LEN;
-        if info.has_deth {
-            h.deth = Some(Deth::decode(tail(buf, off))?);
-            off += Deth::LEN;
+        /// Decodes the header `$t` at `off` if `$has`, moving `off` past it.
+        macro_rules! ext {
+            ($has:expr, $t:ty) => {
+                if $has {
+                    let x = <$t>::decode(tail(buf, off))?;
+                    off += <$t>::LEN;
+                    Some(x)
+                } else {
+                    None
+                }
+            };
         }
-        if info.has_feth {
-            h.feth = Some(Feth::decode(tail(buf, off))?);
-            off += Feth::LEN;
-        }
-        if info.has_reth {
-            h.reth = Some(Reth::decode(tail(buf, off))?);
-            off += Reth::LEN;
-        }
-        if info.has_atomic_eth {
-            h.atomic_eth = Some(AtomicEth::decode(tail(buf, off))?);
-            off += AtomicEth::LEN;
-        }
-        if info.has_aeth {
-            h.aeth = Some(Aeth::decode(tail(buf, off))?);
-            off += Aeth::LEN;
-        }
-        if info.has_atomic_ack_eth {
-            h.atomic_ack_eth = Some(AtomicAckEth::decode(tail(buf, off))?);
-            off += AtomicAckEth::LEN;
-        }
-        if info.has_immdt {
-            h.immdt = Some(ImmDt::decode(tail(buf, off))?);
-            off += ImmDt::LEN;
-        }
-        if info.has_ieth {
-            h.ieth = Some(Ieth::decode(tail(buf, off))?);
-            off += Ieth::LEN;
-        }
+        self.deth = ext!(info.has_deth, Deth);
+        self.feth = ext!(info.has_feth, Feth);
+        self.reth = ext!(info.has_reth, Reth);
+        self.atomic_eth = ext!(info.has_atomic_eth, AtomicEth);
+        self.aeth = ext!(info.has_aeth, Aeth);
+        self.atomic_ack_eth = ext!(info.has_atomic_ack_eth, AtomicAckEth);
+        self.immdt = ext!(info.has_immdt, ImmDt);
+        self.ieth = ext!(info.has_ieth, Ieth);
         // buf.len() >= header_len + ICRC_LEN and off == header_len, so this cannot underflow;
         // checked anyway so that no input can make it panic.
         let rest = buf
@@ -147,7 +150,7 @@ impl Headers {
             .checked_sub(off)
             .and_then(|r| r.checked_sub(ICRC_LEN))
             .ok_or(DecodeError::Truncated)?;
-        let pad = usize::from(bth.pad_count);
+        let pad = usize::from(self.bth.pad_count);
         if pad > rest || rest % 4 != 0 {
             return Err(DecodeError::BadPadding);
         }
@@ -155,7 +158,7 @@ impl Headers {
             return Err(DecodeError::UnexpectedPayload);
         }
         let payload_len = rest - pad;
-        Ok((h, off..off + payload_len))
+        Ok(off..off + payload_len)
     }
 
     /// Like [`Headers::decode`], returning the payload as a sub-slice of `buf`.
@@ -370,6 +373,27 @@ mod tests {
         let mut p = packet(&full(Opcode::RcSendOnly), b"");
         p[0] = 0x1F;
         assert_eq!(Headers::decode(&p), Err(DecodeError::UnknownOpcode(0x1F)));
+    }
+
+    /// Decoding into headers that held another packet's gives what decoding afresh gives: no
+    /// extension header of the earlier packet survives, whatever the two opcodes.
+    #[test]
+    fn decode_into_overwrites_every_header() {
+        for before in Opcode::ALL {
+            for op in Opcode::ALL {
+                let payload: &[u8] = if op.info().has_payload {
+                    b"abcdefg"
+                } else {
+                    b""
+                };
+                let pkt = packet(&full(op), payload);
+                let mut out = full(before);
+                let got = Headers::decode_into(&pkt, &mut out);
+                let (h, range) = Headers::decode(&pkt).unwrap();
+                assert_eq!(got, Ok(range), "{before:?} then {op:?}");
+                assert_eq!(out, h, "{before:?} then {op:?}");
+            }
+        }
     }
 
     #[test]
