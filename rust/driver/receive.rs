@@ -147,8 +147,9 @@ fn decode(c: &Counters, port: u8, rx: &RoceRx<'_>, h: &mut Option<Headers>) -> O
     // The payload's place in the skb's data, which starts at the IP header.
     let base = rx.ip_header.len() + UDP_HLEN;
     let decoded = Bth::decode(rx.udp_payload).and_then(|bth| {
-        let h = h.insert(Headers::new(bth));
-        Headers::decode_into(rx.udp_payload, h).map(|r| r.start + base..r.end + base)
+        h.insert(Headers::new(bth))
+            .decode_after_bth(rx.udp_payload)
+            .map(|r| r.start + base..r.end + base)
     });
     // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
     // reserved RC opcode with an Invalid Request NAK, seed 001); anything else is malformed.
@@ -282,7 +283,7 @@ impl Checked {
 /// A packet taken from a QP's receive queue, for that QP: its headers decoded and its ICRC
 /// checked (only a packet that arrived on a port's netdev is queued), into `slot`, which is
 /// `None` after when it is to be dropped (counted). Any context, no lock needed. The headers are
-/// decoded where they stay ([`Headers::decode_into`]), without an [`Inbound`]: every packet of a
+/// decoded where they stay ([`Headers::decode_after_bth`]), without an [`Inbound`]: every packet of a
 /// stream comes this way, and each move of a header stack is a `memcpy`.
 pub(crate) fn queued(dev: &DevShared, skb: &mut Skb, slot: &mut Option<Checked>) {
     *slot = None;
@@ -302,7 +303,7 @@ pub(crate) fn queued(dev: &DevShared, skb: &mut Skb, slot: &mut Option<Checked>)
         payload: 0..0,
         pm: path_match(port, rx.src_gid, rx.dst_gid, rx.ip_header),
     });
-    let Ok(range) = Headers::decode_into(rx.udp_payload, &mut checked.h) else {
+    let Ok(range) = checked.h.decode_after_bth(rx.udp_payload) else {
         count_bad(c, &rx);
         *slot = None;
         return;

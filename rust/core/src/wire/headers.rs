@@ -101,22 +101,16 @@ impl Headers {
     /// Reserved bits are ignored. Never panics.
     pub fn decode(buf: &[u8]) -> Result<(Headers, Range<usize>), DecodeError> {
         let mut h = Headers::new(Bth::decode(buf)?);
-        let range = h.decode_extensions(buf)?;
+        let range = h.decode_after_bth(buf)?;
         Ok((h, range))
     }
 
-    /// [`Headers::decode`] into `out`, which a receive path keeps where the packet's other
-    /// results are (a header stack moved by value is a `memcpy` a packet). Returns the payload's
-    /// range; on an error `out` holds nothing meaningful.
-    pub fn decode_into(buf: &[u8], out: &mut Headers) -> Result<Range<usize>, DecodeError> {
-        out.bth = Bth::decode(buf)?;
-        out.decode_extensions(buf)
-    }
-
-    /// Decodes the extension headers `self.bth`'s opcode dictates from `buf` (BTH .. ICRC) into
-    /// `self`, every one of them written (absent ones as `None`), and returns the payload's
-    /// range ([`Headers::decode`]).
-    fn decode_extensions(&mut self, buf: &[u8]) -> Result<Range<usize>, DecodeError> {
+    /// The rest of [`Headers::decode`] for headers whose `bth` is already the one decoded from
+    /// `buf` (BTH .. ICRC): decodes the extension headers its opcode dictates into `self`, every
+    /// one of them written (absent ones as `None`), and returns the payload's range. A receive
+    /// path decodes the BTH first and builds the headers where they stay (a header stack moved
+    /// by value is a `memcpy` a packet); on an error `self` holds nothing meaningful.
+    pub fn decode_after_bth(&mut self, buf: &[u8]) -> Result<Range<usize>, DecodeError> {
         let info = self.bth.opcode.info();
         let min = info.header_len + ICRC_LEN;
         if buf.len() < min {
@@ -378,7 +372,7 @@ mod tests {
     /// Decoding into headers that held another packet's gives what decoding afresh gives: no
     /// extension header of the earlier packet survives, whatever the two opcodes.
     #[test]
-    fn decode_into_overwrites_every_header() {
+    fn decode_after_bth_overwrites_every_header() {
         for before in Opcode::ALL {
             for op in Opcode::ALL {
                 let payload: &[u8] = if op.info().has_payload {
@@ -388,7 +382,8 @@ mod tests {
                 };
                 let pkt = packet(&full(op), payload);
                 let mut out = full(before);
-                let got = Headers::decode_into(&pkt, &mut out);
+                out.bth = Bth::decode(&pkt).unwrap();
+                let got = out.decode_after_bth(&pkt);
                 let (h, range) = Headers::decode(&pkt).unwrap();
                 assert_eq!(got, Ok(range), "{before:?} then {op:?}");
                 assert_eq!(out, h, "{before:?} then {op:?}");
