@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * A QEMU TCG plugin for scripts/tcg-count: counts how often each translated block of guest
- * kernel code runs, with its instruction count and whether it ends in an indirect branch
- * (a return, an indirect call or jump: each a block lookup under TCG). The guest drives it
- * through a control file on a shared directory: it writes "SEQ dump NAME", the plugin writes
- * "address instructions executions indirect" per block that ran so far to NAME (a file name,
- * in the control file's directory) and answers "done SEQ" ("error SEQ" if it could not).
+ * kernel code runs, with its instruction count, whether it ends in an indirect branch (a
+ * return, an indirect call or jump: each a block lookup under TCG) and how many memory
+ * accesses its runs made (each a softmmu TLB lookup under TCG; a `rep movs` counts one per
+ * element moved). The guest drives it through a control file on a shared directory: it writes
+ * "SEQ dump NAME", the plugin writes "address instructions executions indirect accesses" per
+ * block that ran so far to NAME (a file name, in the control file's directory) and answers
+ * "done SEQ" ("error SEQ" if it could not).
  * Counts only grow; the guest dumps before and after a run and the report subtracts. The
  * vCPUs add without atomics: two adding to one block at the same moment may lose one.
  *
@@ -26,6 +28,7 @@ typedef struct qemu_info_t qemu_info_t;
 struct qemu_plugin_tb;
 struct qemu_plugin_insn;
 enum qemu_plugin_op { QEMU_PLUGIN_INLINE_ADD_U64 };
+enum qemu_plugin_mem_rw { QEMU_PLUGIN_MEM_R = 1, QEMU_PLUGIN_MEM_W, QEMU_PLUGIN_MEM_RW };
 typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t, struct qemu_plugin_tb *);
 void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t, qemu_plugin_vcpu_tb_trans_cb_t);
 void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *, enum qemu_plugin_op,
@@ -35,6 +38,8 @@ uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *);
 struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *, size_t);
 const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *);
 size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *);
+void qemu_plugin_register_vcpu_mem_inline(struct qemu_plugin_insn *, enum qemu_plugin_mem_rw,
+					  enum qemu_plugin_op, void *, uint64_t);
 
 __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 
@@ -45,7 +50,9 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 struct block {
 	uint64_t vaddr;
 	uint64_t insns;
-	uint64_t execs; /* updated by the vCPUs' inline adds; a lost add now and then is noise */
+	/* Both updated by the vCPUs' inline adds; a lost add now and then is noise. */
+	uint64_t execs;
+	uint64_t accesses;
 	int indirect;
 };
 
@@ -103,6 +110,7 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	size_t n = qemu_plugin_tb_n_insns(tb);
 	struct qemu_plugin_insn *last;
 	struct block *b;
+	size_t i;
 
 	(void)id;
 	if (vaddr < KERNEL_START || n == 0)
@@ -113,9 +121,13 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	if (b)
 		b->indirect = is_indirect(qemu_plugin_insn_data(last), qemu_plugin_insn_size(last));
 	pthread_mutex_unlock(&lock);
-	if (b)
-		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->execs,
-							 1);
+	if (!b)
+		return;
+	qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &b->execs, 1);
+	for (i = 0; i < n; i++)
+		qemu_plugin_register_vcpu_mem_inline(qemu_plugin_tb_get_insn(tb, i),
+						     QEMU_PLUGIN_MEM_RW,
+						     QEMU_PLUGIN_INLINE_ADD_U64, &b->accesses, 1);
 }
 
 /* Writes the counts to NAME in the control file's directory; 0 on success. */
@@ -137,8 +149,8 @@ static int dump(const char *name)
 		struct block *b = table[i];
 
 		if (b && b->execs)
-			fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %d\n", b->vaddr, b->insns,
-				b->execs, b->indirect);
+			fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 "\n", b->vaddr,
+				b->insns, b->execs, b->indirect, b->accesses);
 	}
 	pthread_mutex_unlock(&lock);
 	err = ferror(f);

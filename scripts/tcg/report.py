@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Report of scripts/tcg-count: guest kernel instructions and indirect branches per operation,
-by function, for rvrdma and rdma_rxe side by side. Each driver ran the line at N and 6N
+"""Report of scripts/tcg-count: guest kernel instructions, indirect branches and memory accesses
+per operation, by function, for rvrdma and rdma_rxe side by side. Each driver ran the line at N and 6N
 iterations; the difference of the two runs' counts over 5N is the cost of one operation, without
 the set-up (connection, memory registration, process start) both runs share.
 
@@ -60,42 +60,43 @@ def short(name):
 
 
 def per_function(path, syms):
-    """Instructions and indirect branches per function in one dump."""
+    """Instructions, indirect branches and memory accesses per function in one dump (a dump
+    without the accesses column counts none)."""
     addrs = [a for a, _, _ in syms]
-    insns, branches = collections.Counter(), collections.Counter()
+    counts = tuple(collections.Counter() for _ in range(3))
     with open(path) as f:
         for line in f:
-            va, n, execs, indirect = line.split()
+            va, n, execs, indirect, *accesses = line.split()
             i = bisect.bisect_right(addrs, int(va, 16)) - 1
             if i < 0:
                 continue
             _, name, mod = syms[i]
             key = (short(name), mod)
-            insns[key] += int(n) * int(execs)
+            counts[0][key] += int(n) * int(execs)
             if indirect == "1":
-                branches[key] += int(execs)
-    return insns, branches
+                counts[1][key] += int(execs)
+            counts[2][key] += int(accesses[0]) if accesses else 0
+    return counts
 
 
 def run_counts(d, driver, iters, syms):
     """One run's counts: the dump after it minus the dump before it."""
-    bi, bb = per_function(f"{d}/before.{driver}.{iters}", syms)
-    ai, ab = per_function(f"{d}/after.{driver}.{iters}", syms)
-    ai.subtract(bi)
-    ab.subtract(bb)
-    return ai, ab
+    before = per_function(f"{d}/before.{driver}.{iters}", syms)
+    after = per_function(f"{d}/after.{driver}.{iters}", syms)
+    for a, b in zip(after, before):
+        a.subtract(b)
+    return after
 
 
 def per_op(d, driver, n, syms):
-    """(instructions, branches) per operation and function: 6N run minus N run, over 5N."""
-    i1, b1 = run_counts(d, driver, n, syms)
-    i6, b6 = run_counts(d, driver, 6 * n, syms)
-    if sum(i1.values()) <= 0 or sum(i6.values()) <= 0:
+    """(instructions, branches, accesses) per operation and function: 6N run minus N run,
+    over 5N."""
+    one = run_counts(d, driver, n, syms)
+    six = run_counts(d, driver, 6 * n, syms)
+    if sum(one[0].values()) <= 0 or sum(six[0].values()) <= 0:
         sys.exit(f"no instructions counted for {driver}: did the guest run under TCG?")
     ops = 5 * n
-    ins = {k: (i6[k] - i1[k]) / ops for k in set(i1) | set(i6)}
-    br = {k: (b6[k] - b1[k]) / ops for k in set(b1) | set(b6)}
-    return ins, br
+    return tuple({k: (c6[k] - c1[k]) / ops for k in set(c1) | set(c6)} for c1, c6 in zip(one, six))
 
 
 def main():
@@ -107,20 +108,21 @@ def main():
         "rvrdma": lambda k: k[1] == "rvrdma",
         "rxe": lambda k: k[1] == "rdma_rxe" or k[0].startswith("rxe_"),
     }
-    print("per operation      instructions   indirect branches   of which the driver's own code")
-    for drv, (ins, br) in res.items():
-        mine_i = sum(v for k, v in ins.items() if own[drv](k))
-        mine_b = sum(v for k, v in br.items() if own[drv](k))
-        print("%-8s %20.0f %19.0f   %.0f instructions, %.0f branches" %
-              (drv, sum(ins.values()), sum(br.values()), mine_i, mine_b))
+    print("per operation   instructions  indirect branches  memory accesses   of which the "
+          "driver's own code")
+    for drv, (ins, br, acc) in res.items():
+        mine = [sum(v for k, v in c.items() if own[drv](k)) for c in (ins, br, acc)]
+        print("%-8s %19.0f %18.0f %16.0f   %.0f instructions, %.0f branches, %.0f accesses" %
+              (drv, sum(ins.values()), sum(br.values()), sum(acc.values()), *mine))
     keys = set(res["rvrdma"][0]) | set(res["rxe"][0])
     rank = sorted(keys, key=lambda k: -max(abs(res[drv][0].get(k, 0)) for drv in res))
-    print("\n%11s %9s %11s %9s   function (rvrdma insns, branches | rdma_rxe insns, branches)" %
-          ("rvrdma", "", "rdma_rxe", ""))
+    print("\n%30s %30s" % ("rvrdma", "rdma_rxe"))
+    print("%11s %8s %9s %11s %8s %9s   function" % (("insns", "branches", "accesses") * 2))
     for k in rank[:top]:
-        ri, rb = res["rvrdma"][0].get(k, 0), res["rvrdma"][1].get(k, 0)
-        xi, xb = res["rxe"][0].get(k, 0), res["rxe"][1].get(k, 0)
-        print("%11.0f %9.1f %11.0f %9.1f   %s%s" % (ri, rb, xi, xb, k[0], " [%s]" % k[1] if k[1] else ""))
+        r = [res["rvrdma"][c].get(k, 0) for c in range(3)]
+        x = [res["rxe"][c].get(k, 0) for c in range(3)]
+        print("%11.0f %8.1f %9.0f %11.0f %8.1f %9.0f   %s%s" %
+              (*r, *x, k[0], " [%s]" % k[1] if k[1] else ""))
 
 
 if __name__ == "__main__":

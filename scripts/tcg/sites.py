@@ -38,7 +38,7 @@ def passes(path, lo, hi):
     out = {}
     with open(path) as f:
         for line in f:
-            va, n, execs, _ = line.split()
+            va, n, execs, *_ = line.split()
             a = int(va, 16)
             if lo <= a < hi:
                 out[a] = (int(n), int(execs))
