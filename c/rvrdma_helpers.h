@@ -35,6 +35,7 @@ void rvr_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 bool rvr_spin_trylock_irqsave(spinlock_t *lock, unsigned long *flags);
 struct workqueue_struct *rvr_alloc_wq(const char *name);
 struct workqueue_struct *rvr_alloc_percpu_wq(const char *name);
+struct workqueue_struct *rvr_alloc_spin_wq(const char *name);
 /* Work queued on it runs in softirq context on the CPU it was queued for. */
 struct workqueue_struct *rvr_alloc_bh_wq(const char *name);
 /* queue_work_on() for a bound queue: on @cpu if it is online, else on this CPU. */

@@ -265,6 +265,16 @@ unsigned int rvr_this_cpu(void)
 	return smp_processor_id();
 }
 
+bool rvr_need_resched(void)
+{
+	return tif_test_bit(TIF_NEED_RESCHED) || tif_test_bit(TIF_NEED_RESCHED_LAZY);
+}
+
+unsigned int rvr_raw_this_cpu(void)
+{
+	return raw_smp_processor_id();
+}
+
 int rvr_next_online_cpu(void)
 {
 	unsigned int cpu = smp_processor_id();

@@ -121,6 +121,9 @@ counters! {
     /// Doorbells of unsignaled RDMA Reads and atomics whose requests another CPU sent, so
     /// that the call returned before their responses (see `QpShared::flush_tx_elsewhere`).
     tx_doorbell_handoffs,
+    /// Doorbells of a signaled RDMA Read or atomic whose request the request stream's work
+    /// item, waiting on another CPU, sent (see `qp::linger`).
+    tx_linger_handoffs,
     /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
     /// `net::tx::Burst`).
     tx_burst_pkts,

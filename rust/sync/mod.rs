@@ -7,4 +7,5 @@ pub mod bh;
 pub mod clock;
 pub mod irq_spinlock;
 pub mod rcu;
+pub mod sched;
 pub mod workqueue;

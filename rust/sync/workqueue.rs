@@ -46,6 +46,16 @@ impl OwnedQueue {
         NonNull::new(q).map(Self).ok_or(ENOMEM)
     }
 
+    /// Allocates a per-CPU (bound), high-priority workqueue named `name` for work items that
+    /// wait by spinning: `WQ_CPU_INTENSIVE`, so that while one runs, the CPU's other work items
+    /// still start (in another worker, which the scheduler then runs beside it).
+    pub fn new_spin(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated static string.
+        let q = unsafe { b::rvr_alloc_spin_wq(name.as_char_ptr()) };
+        // INVARIANT: a non-NULL result is a live workqueue we own.
+        NonNull::new(q).map(Self).ok_or(ENOMEM)
+    }
+
     /// Allocates a bottom-half workqueue named `name`: work queued for a CPU runs there in
     /// softirq context, ahead of every task (queued for another CPU, it gets there by IPI).
     pub fn new_bh(name: &'static CStr) -> Result<Self> {
@@ -75,6 +85,9 @@ static QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
 /// The module's per-CPU workqueue, set with [`QUEUE`].
 static CPU_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+/// The module's per-CPU workqueue for work items that spin, set with [`QUEUE`].
+static SPIN_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 /// The module's bottom-half workqueue, set with [`QUEUE`].
 static BH_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
@@ -84,6 +97,7 @@ static BH_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
 pub struct ModuleQueue {
     /// Kept alive (and destroyed) with the module, in this order.
     _bh: OwnedQueue,
+    _spin: OwnedQueue,
     _percpu: OwnedQueue,
     _queue: OwnedQueue,
 }
@@ -93,12 +107,15 @@ impl ModuleQueue {
     pub fn new() -> Result<Self> {
         let q = OwnedQueue::new(c"rvrdma")?;
         let pc = OwnedQueue::new_percpu(c"rvrdma_cpu")?;
+        let spin = OwnedQueue::new_spin(c"rvrdma_spin")?;
         let bh = OwnedQueue::new_bh(c"rvrdma_bh")?;
         QUEUE.store(q.0.as_ptr(), core::sync::atomic::Ordering::Release);
         CPU_QUEUE.store(pc.0.as_ptr(), core::sync::atomic::Ordering::Release);
+        SPIN_QUEUE.store(spin.0.as_ptr(), core::sync::atomic::Ordering::Release);
         BH_QUEUE.store(bh.0.as_ptr(), core::sync::atomic::Ordering::Release);
         Ok(Self {
             _bh: bh,
+            _spin: spin,
             _percpu: pc,
             _queue: q,
         })
@@ -108,6 +125,7 @@ impl ModuleQueue {
 impl Drop for ModuleQueue {
     fn drop(&mut self) {
         BH_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
+        SPIN_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         CPU_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
     }
@@ -121,6 +139,16 @@ where
     W: RawWorkItem<ID> + Send + 'static,
 {
     enqueue_on_queue(&CPU_QUEUE, cpu, w)
+}
+
+/// Queues the work item `w`, one that waits by spinning, to run on `cpu` (the module's
+/// CPU-intensive per-CPU workqueue), or on this CPU if `cpu` is offline. Returns `Err(w)` if
+/// it was already queued. Any context; only while the module is initialised, as [`queue`].
+pub fn enqueue_spin_on<W, const ID: u64>(cpu: u32, w: W) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    enqueue_on_queue(&SPIN_QUEUE, cpu, w)
 }
 
 /// Queues the work item `w` to run in softirq context on `cpu` (the module's bottom-half

@@ -5,7 +5,7 @@
 
 tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
 ktap_print_header
-ktap_set_plan $((${#tests[@]} + 11))
+ktap_set_plan $((${#tests[@]} + 14))
 dut_setup 1
 pair_up
 
@@ -79,13 +79,25 @@ else
 fi
 # Unsignaled Reads and atomics posted back to back: a doorbell that takes only such WQEs hands
 # their sending to another CPU, so that the call returns before their responses and they overlap.
-# Every signaled one (a latency test waits for each) stays inline. unsignaled.py checks every byte
-# read and every atomic's result through that path; ib_atomic_bw posts unsignaled atomics
-# (perftest's CQ moderation), ib_atomic_lat signals every one.
+# unsignaled.py checks every byte read and every atomic's result through that path; ib_atomic_bw
+# posts unsignaled atomics (perftest's CQ moderation). A signaled one posted alone (a latency
+# client waits for each: ib_read_lat, ib_atomic_lat) leaves from the doorbell, or from the
+# request stream's work item while it waits for it on another CPU (qp/linger.rs): the latency
+# lines must reach that path, and rd_atomic_lat (rd_atomic_lat.c) checks every byte and result
+# through it.
 handoffs() { link_stat "${DUT}0" tx_doorbell_handoffs; }
+linger_handoffs() { link_stat "${DUT}0" tx_linger_handoffs; }
 handoffs_before=$(handoffs)
 run_points 1 "unsignaled.py ${DUT}0 -> ${DUT}1" timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) \
 	"$PY" "$RVRDMA_TESTS_DIR/unsignaled.py" "${DUT}0" "$GA" "${DUT}1" "$GB"
+linger_before=$(linger_handoffs)
+rd_atomic_lat() {
+	local bin=$RVRDMA_TESTS_DIR/rd_atomic_lat
+	[ -x "$bin" ] || { echo "$bin is not built (scripts/test builds it)"; return 1; }
+	timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) "$bin" "${DUT}0" "$GA" "${DUT}1" "$GB"
+}
+check "rd_atomic_lat: 1,920 signaled Reads and Fetch & Adds, each posted once the one before completed: every byte and result right" \
+	rd_atomic_lat
 doorbell_handoffs() {
 	local before
 	before=$(handoffs)
@@ -96,14 +108,25 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 	n=$(($(handoffs) - handoffs_before))
 	diag "doorbell hand-offs during unsignaled.py: $n"
 	check "unsignaled.py's doorbells handed their requests to another CPU" test "$n" -gt 0
+	n=$(($(linger_handoffs) - linger_before))
+	diag "rd_atomic_lat's requests sent by the waiting work item: $n of 1920"
+	check "a quarter or more of rd_atomic_lat's requests were sent by the waiting work item" test "$n" -gt 480
 	check "ib_atomic_bw (unsignaled atomics): the doorbells hand their requests to another CPU" \
 		eval 'n=$(doorbell_handoffs ib_atomic_bw) && diag "doorbell hand-offs: $n" && [ "$n" -gt 0 ]'
 	check "ib_atomic_lat (every atomic signaled): no doorbell hands its request off" \
 		eval 'n=$(doorbell_handoffs ib_atomic_lat) && diag "doorbell hand-offs: $n" && [ "$n" -eq 0 ]'
+	check "ib_read_lat (every Read signaled): a waiting work item sends requests, none retransmitted" \
+		eval 'l0=$(linger_handoffs) r0=$(link_stat "${DUT}0" retransmitted_pkts) &&
+			pf_run ib_read_lat "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 2000 >&2 &&
+			n=$(($(linger_handoffs) - l0)) r=$(($(link_stat "${DUT}0" retransmitted_pkts) - r0)) &&
+			diag "requests sent by the waiting work item: $n of 2000, retransmitted: $r" &&
+			[ "$n" -gt 0 ] && [ "$r" -eq 0 ]'
 else
 	ktap_test_skip "unsignaled.py's doorbells handed their requests to another CPU: rvrdma's counter"
+	ktap_test_skip "a quarter or more of rd_atomic_lat's requests were sent by the waiting work item: rvrdma's counter"
 	ktap_test_skip "ib_atomic_bw: the doorbells hand their requests to another CPU: rvrdma's counter"
 	ktap_test_skip "ib_atomic_lat: no doorbell hands its request off: rvrdma's counter"
+	ktap_test_skip "ib_read_lat: a waiting work item sends requests, none retransmitted: rvrdma's counters"
 fi
 # Scale: 1,024 QPs on each side, none with a receive posted. Idle QPs must cost no CPU: a timer
 # per QP that fired on its own would starve the guest at this count and the run would not end.

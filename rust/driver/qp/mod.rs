@@ -10,6 +10,7 @@
 //! Kernel callers of `post_send`/`post_recv` may be in any context: they only queue the work.
 
 mod kernel_inline;
+mod linger;
 mod modify_attr;
 mod outputs;
 mod routes;
@@ -55,7 +56,7 @@ use outputs::QpOut;
 use routes::QpPaths;
 use timers::{QpTimer, QpTimers};
 use transmit::TxStream;
-use user_rings::UserRings;
+use user_rings::{Taken, UserRings};
 
 /// The core QP with kernel-allocated queue storage (see [`slots`]).
 pub(crate) type CoreQp =
@@ -195,6 +196,8 @@ pub struct QpShared {
     requests: TxStream,
     #[pin]
     responses: TxStream,
+    /// What a doorbell looks at to leave a signaled Read or atomic to `linger_work`.
+    linger: linger::Linger,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
@@ -218,6 +221,9 @@ pub struct QpShared {
     /// Handles the receive queue at high priority when `rx_work` waits too long.
     #[pin]
     rx_urgent: DelayedWork<QpShared, 5>,
+    /// Waits on another CPU for a doorbell's signaled Read or atomic (see [`linger`]).
+    #[pin]
+    linger_work: Work<QpShared, 6>,
     /// When `work` and `rx_work` were queued (for the device's delay counters).
     work_queued: work_delay::QueuedAt,
     rx_work_queued: work_delay::QueuedAt,
@@ -231,6 +237,7 @@ kernel::impl_has_work! {
     impl HasWork<Self, 2> for QpShared { self.responses_work }
     impl HasWork<Self, 3> for QpShared { self.odp_work }
     impl HasWork<Self, 4> for QpShared { self.rx_work }
+    impl HasWork<Self, 6> for QpShared { self.linger_work }
 }
 
 kernel::impl_has_delayed_work! {
@@ -287,6 +294,19 @@ enum Entry<'a> {
     Ports,
 }
 
+/// Where a drive's packets are sent from (see [`QpShared::drive`]).
+enum DoorbellSend {
+    /// From this context ([`QpShared::flush_tx`]).
+    Here,
+    /// A user doorbell that took only unsignaled RDMA Reads and atomics, on a QP that keeps
+    /// more than one outstanding: from another CPU ([`QpShared::flush_tx_elsewhere`]).
+    Elsewhere,
+    /// A user doorbell that took one signaled RDMA Read or atomic, with nothing else
+    /// outstanding (a client that waits for each completion): by the request stream's work
+    /// item if it waits for it, else from here ([`QpShared::flush_tx_rd_atomic`]).
+    RdAtomic,
+}
+
 impl QpShared {
     /// The CQ of `kind`.
     pub(crate) fn cq(&self, kind: CqKind) -> &Arc<CqShared> {
@@ -340,7 +360,7 @@ impl QpShared {
     /// it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
         let doorbell = matches!(entry, Entry::Doorbell);
-        let (pending, more, route, fault, elsewhere) = {
+        let (pending, more, route, fault, send) = {
             let mut g = self.lock_in_order(&entry);
             if g.dead {
                 if let Entry::RxBatch(batch) = entry {
@@ -356,21 +376,31 @@ impl QpShared {
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
             let route = inner.paths.lookup_due();
-            let elsewhere = doorbell
-                && inner.user.took_unsignaled_rd_atomic()
-                && inner.core.sq_logic().config().max_rd_atomic > 1;
+            let send = match (doorbell, inner.user.took()) {
+                (true, Taken::RdAtomic { signaled: false })
+                    if inner.core.sq_logic().config().max_rd_atomic > 1 =>
+                {
+                    DoorbellSend::Elsewhere
+                }
+                (true, Taken::RdAtomic { signaled: true })
+                    if inner.core.sq_logic().outstanding() == 1 =>
+                {
+                    DoorbellSend::RdAtomic
+                }
+                _ => DoorbellSend::Here,
+            };
             (
                 inner.pending.take(),
                 more || route,
                 route,
                 inner.odp.fault.is_some(),
-                elsewhere,
+                send,
             )
         };
-        if elsewhere {
-            self.flush_tx_elsewhere();
-        } else {
-            self.flush_tx();
+        match send {
+            DoorbellSend::Elsewhere => self.flush_tx_elsewhere(),
+            DoorbellSend::RdAtomic => self.flush_tx_rd_atomic(),
+            DoorbellSend::Here => self.flush_tx(),
         }
         self.free_rx();
         self.deliver(pending);
@@ -661,6 +691,7 @@ fn destroy(qp: Arc<QpShared>) {
     // Every context that could hand the sending (or a fault) over has finished by now. The
     // fault work runs on a system workqueue: it must be done before the module may go.
     workqueue::flush_work::<_, 3>(&*qp);
+    workqueue::flush_work::<_, 6>(&*qp);
     workqueue::flush_work::<_, 1>(&*qp);
     workqueue::flush_work::<_, 2>(&*qp);
     // Type 2 windows are bound to this QP, not to its number, which a new QP may get.

@@ -214,6 +214,11 @@ impl TxStream {
     pub(super) fn push(&self, skb: Skb) {
         self.queue.push(skb);
     }
+
+    /// Whether no packet waits (a snapshot).
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
 }
 
 impl QpShared {
@@ -261,7 +266,7 @@ impl QpShared {
     /// at it (it then sends ours too): from the CPU that sent the stream's last batch, or from
     /// this one once nothing sent before can be overtaken (see [`crate::net::backlog`]);
     /// otherwise the sending moves to that CPU.
-    fn flush_stream(self: &Arc<Self>, requests: bool) {
+    pub(super) fn flush_stream(self: &Arc<Self>, requests: bool) {
         let s = self.stream(requests);
         loop {
             // Nothing to send: no hand-off either. A context that queues a packet flushes after.

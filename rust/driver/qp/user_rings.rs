@@ -51,8 +51,8 @@ pub(crate) struct UserRings {
     asked: u64,
     /// Until when the peer may be waiting for credits (ns, [`now_ns`] clock).
     credit_wanted_until: u64,
-    /// The last pull took send WQEs, every one an unsignaled RDMA Read or atomic.
-    unsignaled_rd_atomic: bool,
+    /// What the last pull of send WQEs took.
+    took: Taken,
 }
 
 impl UserRings {
@@ -79,7 +79,7 @@ impl UserRings {
             poll_period: 0,
             asked: 0,
             credit_wanted_until: 0,
-            unsignaled_rd_atomic: false,
+            took: Taken::Nothing,
         })
     }
 
@@ -100,7 +100,7 @@ impl UserRings {
             elem,
             inline,
             sq_pulled,
-            unsignaled_rd_atomic,
+            took,
             ..
         } = self;
         if let Some(rq) = rq.as_ref() {
@@ -121,15 +121,15 @@ impl UserRings {
                 inline,
                 pulled: sq_pulled,
             };
-            *unsignaled_rd_atomic = pull_send(&mut send, core, qp, paths, &mut out)
-                .is_ok_and(|t| t == Taken::UnsignaledRdAtomic);
+            *took = pull_send(&mut send, core, qp, paths, &mut out).unwrap_or(Taken::Nothing);
         }
     }
 
-    /// Whether the last [`Self::pull`] took send WQEs and every one was an unsignaled RDMA Read
-    /// or atomic (see [`QpShared::flush_tx_elsewhere`](super::QpShared::flush_tx_elsewhere)).
-    pub(crate) fn took_unsignaled_rd_atomic(&self) -> bool {
-        self.unsignaled_rd_atomic
+    /// What the last [`Self::pull`] took from the send ring (see
+    /// [`QpShared::flush_tx_elsewhere`](super::QpShared::flush_tx_elsewhere) and
+    /// [`QpShared::flush_tx_rd_atomic`](super::QpShared::flush_tx_rd_atomic)).
+    pub(crate) fn took(&self) -> Taken {
+        self.took
     }
 
     /// Publishes the receive ring's consumer index behind the WQEs the core still holds (their
@@ -218,12 +218,15 @@ struct SendPull<'a> {
 }
 
 /// What a pull of send WQEs took into the core.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Taken {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
     /// No WQE.
     Nothing,
-    /// Only unsignaled RDMA Reads and atomics.
-    UnsignaledRdAtomic,
+    /// Only RDMA Reads and atomics; `signaled` if any of them is.
+    RdAtomic {
+        /// Whether any of them is signaled.
+        signaled: bool,
+    },
     /// Anything else.
     Other,
 }
@@ -287,14 +290,15 @@ fn pull_send(
                     };
                     us.wr.sg = SgList::from_slice(&[sge]).unwrap_or(SgList::EMPTY);
                 }
-                let unsignaled_rd_atomic =
-                    us.wr.opcode.is_read_or_atomic() && us.wr.flags.0 & SendFlags::SIGNALED == 0;
+                let rd_atomic = us.wr.opcode.is_read_or_atomic();
+                let signaled = us.wr.flags.0 & SendFlags::SIGNALED != 0;
                 match core.post_send(&us.wr, out) {
                     Ok(()) => {
-                        taken = match (taken, unsignaled_rd_atomic) {
-                            (Taken::Nothing | Taken::UnsignaledRdAtomic, true) => {
-                                Taken::UnsignaledRdAtomic
-                            }
+                        taken = match taken {
+                            Taken::Nothing if rd_atomic => Taken::RdAtomic { signaled },
+                            Taken::RdAtomic { signaled: s } if rd_atomic => Taken::RdAtomic {
+                                signaled: s || signaled,
+                            },
                             _ => Taken::Other,
                         };
                     }

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A signaled RDMA Read or atomic sent by a work item that waits for it on another CPU.
+//!
+//! A client that waits for each Read's or atomic's completion (`ib_read_lat`, a lock taken by
+//! compare-and-swap) posts the next one a few microseconds after it sees the completion.
+//! Sent from its doorbell, the whole round trip runs inside the call (on a veth the backlog
+//! runs when bottom halves come back on), and so does its tail: the response's freeing, the
+//! softirq's and the system call's return. Sent by a work item on another CPU, the call
+//! returns once the request is built and the tail runs beside the client's next post. But
+//! waking a worker on an idle CPU costs more than that tail (tens of microseconds under TCG),
+//! so a doorbell leaves its request only to a work item that is waiting for it, spinning on
+//! the request stream for [`LINGER_NS`] after the last request it sent. A doorbell that finds
+//! none waiting sends from its own context, as before, and queues one, which then serves the
+//! doorbells that follow. (rdma_rxe's round trip runs on its workqueue the same way: there, the
+//! doorbell mostly finds the worker still busy with the last round trip.)
+
+use super::run_flag::RunFlag;
+use super::QpShared;
+use crate::driver::counters::Counters;
+use crate::net::backlog;
+use crate::sync::{bh::with_bh_disabled, clock::now_ns, sched, workqueue};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use kernel::{sync::Arc, workqueue::WorkItem};
+
+/// How long, at least, the waiting work item waits for a doorbell's request after the last
+/// round trip ended. Under TCG a client posts again 5 to 10 us after its completion; waking a
+/// worker on an idle CPU takes 20 to 80.
+const LINGER_NS: u64 = 50_000;
+
+/// How long, at most: the wait is twice the last round trip (a slower kernel, a debug one,
+/// also posts again later), within these bounds.
+const LINGER_MAX_NS: u64 = 1_000_000;
+
+/// How recently the waiting work item must have looked at the stream for a doorbell to leave
+/// its request to it: one that has not looked for longer was preempted (a task woke on its
+/// CPU), and the doorbell sends from its own context instead.
+const BEAT_NS: u64 = 10_000;
+
+/// The longest one run waits and serves: a later doorbell asks for another run.
+const LINGER_RUN_MAX_NS: u64 = 2_000_000;
+
+/// The work item that waits for the request stream's packets on another CPU, and what a
+/// doorbell looks at to leave its request to it.
+pub(super) struct Linger {
+    /// Set while the work item waits; a doorbell that finds it set (and `beat` recent) leaves
+    /// its request on the stream.
+    waiting: AtomicBool,
+    /// When the waiting work item last looked at the stream ([`now_ns`]).
+    beat: AtomicU64,
+    /// The CPU a doorbell asked the work item to run on, another than its own. A doorbell
+    /// leaves its request only to a work item on another CPU than its own.
+    cpu: AtomicU32,
+    /// The work item is queued and its run has not begun.
+    queued: RunFlag,
+    /// Until when the work item waits for the next request ([`now_ns`]): set as each round
+    /// trip ends, by the doorbell that ran it or by the work item.
+    until: AtomicU64,
+    /// How long that wait was, the last time.
+    wait: AtomicU64,
+}
+
+impl Default for Linger {
+    fn default() -> Self {
+        Self {
+            waiting: AtomicBool::new(false),
+            beat: AtomicU64::new(0),
+            cpu: AtomicU32::new(0),
+            queued: RunFlag::new(),
+            until: AtomicU64::new(0),
+            wait: AtomicU64::new(LINGER_NS),
+        }
+    }
+}
+
+impl Linger {
+    /// A round trip that began at `start` ended now: the next request is waited for until
+    /// twice its length from now, within [`LINGER_NS`] and [`LINGER_MAX_NS`]. Returns when.
+    fn round_trip_ended(&self, start: u64) -> u64 {
+        let now = now_ns();
+        let wait = now
+            .saturating_sub(start)
+            .saturating_mul(2)
+            .clamp(LINGER_NS, LINGER_MAX_NS);
+        let until = now.saturating_add(wait);
+        self.until.store(until, Ordering::Relaxed);
+        self.wait.store(wait, Ordering::Relaxed);
+        until
+    }
+}
+
+impl QpShared {
+    /// Sends the packets of a doorbell that took one signaled RDMA Read or atomic with nothing
+    /// else outstanding: the request by the waiting work item if there is one (the call then
+    /// returns before the round trip), else from here; responses from here. (With others in
+    /// flight, a client is not waiting on this one alone, and the stream's sending would move
+    /// between CPUs.)
+    pub(super) fn flush_tx_rd_atomic(self: &Arc<Self>) {
+        // The request was queued before this look, under the QP lock; the work item clears
+        // `waiting` before its last look at the stream (see `linger`): one of the two sees the
+        // other.
+        fence(Ordering::SeqCst);
+        let l = &self.linger;
+        if l.waiting.load(Ordering::Relaxed)
+            && now_ns().saturating_sub(l.beat.load(Ordering::Relaxed)) < BEAT_NS
+            && l.cpu.load(Ordering::Relaxed) != sched::current_cpu()
+        {
+            Counters::inc(&self.dev.counters.tx_linger_handoffs);
+        } else {
+            // Asked first, so that the worker wakes while this round trip runs (on a veth the
+            // flush returns once the response is handled).
+            self.ask_linger();
+            let start = now_ns();
+            self.flush_stream(true);
+            l.round_trip_ended(start);
+        }
+        self.flush_stream(false);
+    }
+
+    /// Queues the waiting work item on another CPU, unless it is queued and not yet begun.
+    fn ask_linger(self: &Arc<Self>) {
+        let Some(cpu) = with_bh_disabled(backlog::other_cpu) else {
+            return;
+        };
+        self.linger.cpu.store(cpu, Ordering::Relaxed);
+        if self.linger.queued.claim() {
+            let _ = workqueue::enqueue_spin_on::<_, 6>(cpu, self.clone());
+        }
+    }
+
+    /// The waiting work item: sends the request stream's packets as doorbells leave them,
+    /// until none came in the wait after the last round trip (see
+    /// [`Linger::round_trip_ended`]), another task wants the CPU, or the run has lasted
+    /// [`LINGER_RUN_MAX_NS`].
+    fn linger(self: &Arc<Self>) {
+        let l = &self.linger;
+        l.queued.begin();
+        // Queued for a CPU that went offline, it runs on another one.
+        if l.cpu.load(Ordering::Relaxed) != sched::current_cpu() {
+            return;
+        }
+        l.waiting.store(true, Ordering::Relaxed);
+        let start = now_ns();
+        // The doorbell that queued this run may still be in its round trip (it moves `until`
+        // when the round trip ends): wait for as long as after the last one, meanwhile.
+        let mut until = start.saturating_add(l.wait.load(Ordering::Relaxed));
+        loop {
+            let now = now_ns();
+            l.beat.store(now, Ordering::Relaxed);
+            if !self.requests.is_empty() {
+                self.flush_stream(true);
+                until = l.round_trip_ended(now);
+                if now_ns().saturating_sub(start) >= LINGER_RUN_MAX_NS {
+                    break;
+                }
+            } else if sched::need_resched() || now >= until.max(l.until.load(Ordering::Relaxed)) {
+                break;
+            } else {
+                core::hint::spin_loop();
+            }
+        }
+        l.waiting.store(false, Ordering::Relaxed);
+        // A doorbell that found `waiting` set after the last look left its request to us.
+        fence(Ordering::SeqCst);
+        self.flush_stream(true);
+    }
+}
+
+impl WorkItem<6> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        this.linger();
+    }
+}
