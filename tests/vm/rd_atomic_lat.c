@@ -7,9 +7,11 @@
  * (qp/linger.rs), else sends it itself; the caller counts which (tx_linger_handoffs). A client
  * must post within microseconds of its completion to meet that work item, hence C.
  *
- * In batches of 16 Reads and 16 Fetch & Adds, alternating, each to its own target: after each
- * batch it checks every Read's bytes against B's source and every Fetch & Add's returned value
- * against the counter's value before it; at the end, B's counter against the sum of all adds.
+ * In batches of 16 Reads and 16 Fetch & Adds, alternating, each to its own target: each
+ * completion's status, opcode, length and wr_id; after each batch every Read's bytes against B's
+ * source (and the bytes after its target, which must be untouched) and every Fetch & Add's
+ * returned value against the counter's value before it; at the end, B's counter against the
+ * sum of all adds.
  * Exits 0 when all holds, 1 with a message otherwise.
  */
 #include <errno.h>
@@ -22,8 +24,11 @@
 
 #define MR_SIZE (256 << 10)
 #define SRC (64 << 10)		/* B: Read sources in [0, SRC), the counter at SRC */
+#define STRIDE 8192		/* A: Read i of a batch lands at STRIDE i, a guard after it */
 #define RESULT_AT (128 << 10)	/* A: Fetch & Add i of a batch returns at RESULT_AT + 8 i */
 #define BATCH 16
+#define GUARD 64		/* bytes after each Read's target that must stay as they were */
+#define GUARD_BYTE 0x5a
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
 		IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -145,6 +150,13 @@ static int post_each(struct side *a, struct ibv_send_wr *wrs, int n)
 				ibv_wc_status_str(wc.status));
 			return 1;
 		}
+		if (wrs[i].opcode == IBV_WR_RDMA_READ ?
+		    wc.opcode != IBV_WC_RDMA_READ || wc.byte_len != wrs[i].sg_list->length :
+		    wc.opcode != IBV_WC_FETCH_ADD || wc.byte_len != 8) {
+			fprintf(stderr, "FAIL: wr_id %llu: completion opcode %d, byte_len %u\n",
+				(unsigned long long)wrs[i].wr_id, wc.opcode, wc.byte_len);
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -165,6 +177,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	batches = argc == 6 ? atoi(argv[5]) : 60;
+	if (batches <= 0) {
+		fprintf(stderr, "BATCHES must be positive\n");
+		return 2;
+	}
 	seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
 	rng_state = seed | 1;
 	printf("# seed %llu\n", (unsigned long long)(seed | 1));
@@ -196,9 +212,10 @@ int main(int argc, char **argv)
 			offs[i] = (uint32_t)(rnd() % (SRC - sizes[i] + 1));
 			/* The target starts as the complement of what should land there. */
 			for (uint32_t k = 0; k < sizes[i]; k++)
-				a.buf[i * 4096 + k] = (uint8_t)~b.buf[offs[i] + k];
+				a.buf[i * STRIDE + k] = (uint8_t)~b.buf[offs[i] + k];
+			memset(a.buf + i * STRIDE + sizes[i], GUARD_BYTE, GUARD);
 			sges[2 * i] = (struct ibv_sge){
-				.addr = (uintptr_t)(a.buf + i * 4096), .length = sizes[i],
+				.addr = (uintptr_t)(a.buf + i * STRIDE), .length = sizes[i],
 				.lkey = a.mr->lkey,
 			};
 			*rd = (struct ibv_send_wr){
@@ -225,10 +242,16 @@ int main(int argc, char **argv)
 			uint64_t got;
 
 			for (uint32_t k = 0; k < sizes[i]; k++)
-				if (a.buf[i * 4096 + k] != b.buf[offs[i] + k]) {
+				if (a.buf[i * STRIDE + k] != b.buf[offs[i] + k]) {
 					fprintf(stderr, "FAIL: batch %d: Read %d (%u bytes from B+%u) "
 						"differs at byte %u: %#x, want %#x\n", r, i, sizes[i],
-						offs[i], k, a.buf[i * 4096 + k], b.buf[offs[i] + k]);
+						offs[i], k, a.buf[i * STRIDE + k], b.buf[offs[i] + k]);
+					return 1;
+				}
+			for (uint32_t k = 0; k < GUARD; k++)
+				if (a.buf[i * STRIDE + sizes[i] + k] != GUARD_BYTE) {
+					fprintf(stderr, "FAIL: batch %d: Read %d (%u bytes) wrote past its "
+						"end, at byte %u\n", r, i, sizes[i], sizes[i] + k);
 					return 1;
 				}
 			memcpy(&got, a.buf + RESULT_AT + 8 * i, 8);

@@ -10,9 +10,10 @@
 //! returns once the request is built and the tail runs beside the client's next post. But
 //! waking a worker on an idle CPU costs more than that tail (tens of microseconds under TCG),
 //! so a doorbell leaves its request only to a work item that is waiting for it, spinning on
-//! the request stream for [`LINGER_NS`] after the last request it sent. A doorbell that finds
-//! none waiting sends from its own context, as before, and queues one, which then serves the
-//! doorbells that follow. (rdma_rxe's round trip runs on its workqueue the same way: there, the
+//! the request stream after each round trip for twice its length (see
+//! [`Linger::round_trip_ended`]). A doorbell that finds none waiting sends from its own
+//! context, as before, and queues one, which then serves the doorbells that follow; after runs
+//! that served none, fewer doorbells queue one (see [`Linger::back_off`]). (rdma_rxe's round trip runs on its workqueue the same way: there, the
 //! doorbell mostly finds the worker still busy with the last round trip.)
 
 use super::run_flag::RunFlag;
@@ -33,9 +34,14 @@ const LINGER_NS: u64 = 50_000;
 const LINGER_MAX_NS: u64 = 1_000_000;
 
 /// How recently the waiting work item must have looked at the stream for a doorbell to leave
-/// its request to it: one that has not looked for longer was preempted (a task woke on its
-/// CPU), and the doorbell sends from its own context instead.
+/// its request to it (a round trip the item runs counts as a look): one that has not looked
+/// for longer was preempted (a task woke on its CPU), and the doorbell sends from its own
+/// context instead.
 const BEAT_NS: u64 = 10_000;
+
+/// The most doorbells that skip queueing the work item after runs that served none: their
+/// client posts less often than the item waits, and the spinning would be for nothing.
+const SKIP_MAX: u32 = 64;
 
 /// The longest one run waits and serves: a later doorbell asks for another run.
 const LINGER_RUN_MAX_NS: u64 = 2_000_000;
@@ -46,11 +52,18 @@ pub(super) struct Linger {
     /// Set while the work item waits; a doorbell that finds it set (and `beat` recent) leaves
     /// its request on the stream.
     waiting: AtomicBool,
-    /// When the waiting work item last looked at the stream ([`now_ns`]).
+    /// When the waiting work item last looked at the stream ([`now_ns`]; `u64::MAX` while it
+    /// runs a round trip).
     beat: AtomicU64,
-    /// The CPU a doorbell asked the work item to run on, another than its own. A doorbell
-    /// leaves its request only to a work item on another CPU than its own.
+    /// The CPU a doorbell last asked the work item to run on (another than its own).
     cpu: AtomicU32,
+    /// The CPU the waiting work item runs on: a doorbell leaves its request only to one on
+    /// another CPU than its own.
+    at: AtomicU32,
+    /// Doorbells still to skip queueing the work item, and how many the next fruitless run
+    /// makes skip (see [`Linger::back_off`]).
+    skip: AtomicU32,
+    next_skip: AtomicU32,
     /// The work item is queued and its run has not begun.
     queued: RunFlag,
     /// Until when the work item waits for the next request ([`now_ns`]): set as each round
@@ -66,6 +79,9 @@ impl Default for Linger {
             waiting: AtomicBool::new(false),
             beat: AtomicU64::new(0),
             cpu: AtomicU32::new(0),
+            at: AtomicU32::new(0),
+            skip: AtomicU32::new(0),
+            next_skip: AtomicU32::new(0),
             queued: RunFlag::new(),
             until: AtomicU64::new(0),
             wait: AtomicU64::new(LINGER_NS),
@@ -87,6 +103,31 @@ impl Linger {
         self.wait.store(wait, Ordering::Relaxed);
         until
     }
+
+    /// A run ended having served a request (`served`) or none: after a fruitless run the next
+    /// doorbell does not queue one, after two in a row the next three, and so on to
+    /// [`SKIP_MAX`]; a run that serves resets it. (The counts are hints: racing updates only
+    /// move how soon a run is queued again.)
+    fn back_off(&self, served: bool) {
+        let (skip, next) = if served {
+            (0, 0)
+        } else {
+            let n = self.next_skip.load(Ordering::Relaxed);
+            (n.max(1), (n * 2 + 1).min(SKIP_MAX))
+        };
+        self.skip.store(skip, Ordering::Relaxed);
+        self.next_skip.store(next, Ordering::Relaxed);
+    }
+
+    /// Whether a doorbell is to queue the work item, or skip it (see [`Linger::back_off`]).
+    fn take_turn(&self) -> bool {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip == 0 {
+            return true;
+        }
+        self.skip.store(skip - 1, Ordering::Relaxed);
+        false
+    }
 }
 
 impl QpShared {
@@ -103,9 +144,12 @@ impl QpShared {
         let l = &self.linger;
         if l.waiting.load(Ordering::Relaxed)
             && now_ns().saturating_sub(l.beat.load(Ordering::Relaxed)) < BEAT_NS
-            && l.cpu.load(Ordering::Relaxed) != sched::current_cpu()
+            && l.at.load(Ordering::Relaxed) != sched::current_cpu()
         {
-            Counters::inc(&self.dev.counters.tx_linger_handoffs);
+            // Nothing queued (no route yet, no credit): nothing was handed over.
+            if !self.requests.is_empty() {
+                Counters::inc(&self.dev.counters.tx_linger_handoffs);
+            }
         } else {
             // Asked first, so that the worker wakes while this round trip runs (on a veth the
             // flush returns once the response is handled).
@@ -117,8 +161,12 @@ impl QpShared {
         self.flush_stream(false);
     }
 
-    /// Queues the waiting work item on another CPU, unless it is queued and not yet begun.
+    /// Queues the waiting work item on another CPU, unless it is queued and not yet begun or
+    /// this doorbell is to skip it (see [`Linger::back_off`]).
     fn ask_linger(self: &Arc<Self>) {
+        if !self.linger.take_turn() {
+            return;
+        }
         let Some(cpu) = with_bh_disabled(backlog::other_cpu) else {
             return;
         };
@@ -135,30 +183,50 @@ impl QpShared {
     fn linger(self: &Arc<Self>) {
         let l = &self.linger;
         l.queued.begin();
+        let cpu = sched::current_cpu();
         // Queued for a CPU that went offline, it runs on another one.
-        if l.cpu.load(Ordering::Relaxed) != sched::current_cpu() {
+        if l.cpu.load(Ordering::Relaxed) != cpu {
             return;
         }
+        l.at.store(cpu, Ordering::Relaxed);
+        l.beat.store(now_ns(), Ordering::Relaxed);
         l.waiting.store(true, Ordering::Relaxed);
         let start = now_ns();
         // The doorbell that queued this run may still be in its round trip (it moves `until`
         // when the round trip ends): wait for as long as after the last one, meanwhile.
         let mut until = start.saturating_add(l.wait.load(Ordering::Relaxed));
+        let mut served = false;
         loop {
             let now = now_ns();
             l.beat.store(now, Ordering::Relaxed);
+            if sched::need_resched() || now.saturating_sub(start) >= LINGER_RUN_MAX_NS {
+                break;
+            }
             if !self.requests.is_empty() {
+                // Alive while the round trip runs (on a veth, inside the flush).
+                l.beat.store(u64::MAX, Ordering::Relaxed);
                 self.flush_stream(true);
-                until = l.round_trip_ended(now);
-                if now_ns().saturating_sub(start) >= LINGER_RUN_MAX_NS {
-                    break;
+                if self.requests.is_empty() {
+                    served = true;
+                    until = l.round_trip_ended(now);
+                } else {
+                    // Another context sends the stream (the doorbell that queued this run, or
+                    // a hand-off to the CPU of its last batch): it sends what comes meanwhile
+                    // too. Wait for it rather than ask again.
+                    while !self.requests.is_empty()
+                        && !sched::need_resched()
+                        && now_ns().saturating_sub(start) < LINGER_RUN_MAX_NS
+                    {
+                        core::hint::spin_loop();
+                    }
                 }
-            } else if sched::need_resched() || now >= until.max(l.until.load(Ordering::Relaxed)) {
+            } else if now >= until.max(l.until.load(Ordering::Relaxed)) {
                 break;
             } else {
                 core::hint::spin_loop();
             }
         }
+        l.back_off(served);
         l.waiting.store(false, Ordering::Relaxed);
         // A doorbell that found `waiting` set after the last look left its request to us.
         fence(Ordering::SeqCst);
