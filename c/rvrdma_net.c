@@ -267,7 +267,7 @@ unsigned int rvr_this_cpu(void)
 
 bool rvr_need_resched(void)
 {
-	return tif_test_bit(TIF_NEED_RESCHED) || tif_test_bit(TIF_NEED_RESCHED_LAZY);
+	return need_resched();
 }
 
 unsigned int rvr_raw_this_cpu(void)

@@ -75,7 +75,7 @@ unsigned int rvr_backlog_head(unsigned int cpu);
 void rvr_local_bh_disable(void);
 void rvr_local_bh_enable(void);
 unsigned int rvr_this_cpu(void);
-/* Whether the scheduler wants this CPU for another task (need_resched, or its lazy form). */
+/* Whether the scheduler wants this CPU for another task now (need_resched). */
 bool rvr_need_resched(void);
 /* The CPU this task runs on, without the preemption check (raw_smp_processor_id). */
 unsigned int rvr_raw_this_cpu(void);

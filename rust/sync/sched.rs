@@ -4,8 +4,9 @@
 
 use crate::bindings as b;
 
-/// Whether another task wants this CPU (`need_resched`): a task spinning in process context
-/// stops and returns.
+/// Whether another task wants this CPU now (`need_resched`): a task spinning in process context
+/// stops and returns. (A lazy request, a fair task's, is not seen here: the tick preempts the
+/// spinner for it.)
 pub fn need_resched() -> bool {
     // SAFETY: the helper only reads this task's flags; any context.
     unsafe { b::rvr_need_resched() }

@@ -13,8 +13,9 @@
 //! the request stream after each round trip for twice its length (see
 //! [`Linger::round_trip_ended`]). A doorbell that finds none waiting sends from its own
 //! context, as before, and queues one, which then serves the doorbells that follow; after runs
-//! that served none, fewer doorbells queue one (see [`Linger::back_off`]). (rdma_rxe's round trip runs on its workqueue the same way: there, the
-//! doorbell mostly finds the worker still busy with the last round trip.)
+//! that waited in vain, fewer doorbells queue one (see [`Linger::back_off`]). (rdma_rxe's round
+//! trip runs on its workqueue the same way: there, the doorbell mostly finds the worker still
+//! busy with the last round trip.)
 
 use super::run_flag::RunFlag;
 use super::QpShared;
@@ -39,7 +40,7 @@ const LINGER_MAX_NS: u64 = 1_000_000;
 /// context instead.
 const BEAT_NS: u64 = 10_000;
 
-/// The most doorbells that skip queueing the work item after runs that served none: their
+/// The most doorbells that skip queueing the work item after runs that waited in vain: their
 /// client posts less often than the item waits, and the spinning would be for nothing.
 const SKIP_MAX: u32 = 64;
 
@@ -104,10 +105,10 @@ impl Linger {
         until
     }
 
-    /// A run ended having served a request (`served`) or none: after a fruitless run the next
-    /// doorbell does not queue one, after two in a row the next three, and so on to
-    /// [`SKIP_MAX`]; a run that serves resets it. (The counts are hints: racing updates only
-    /// move how soon a run is queued again.)
+    /// A run ended having served a request (`served`), or waited its whole wait for none:
+    /// after such a run the next doorbell does not queue one, after two in a row the next
+    /// three, and so on to [`SKIP_MAX`]; a run that serves resets it. (The counts are hints:
+    /// racing updates only move how soon a run is queued again.)
     fn back_off(&self, served: bool) {
         let (skip, next) = if served {
             (0, 0)
@@ -196,6 +197,7 @@ impl QpShared {
         // when the round trip ends): wait for as long as after the last one, meanwhile.
         let mut until = start.saturating_add(l.wait.load(Ordering::Relaxed));
         let mut served = false;
+        let mut waited_out = false;
         loop {
             let now = now_ns();
             l.beat.store(now, Ordering::Relaxed);
@@ -221,12 +223,16 @@ impl QpShared {
                     }
                 }
             } else if now >= until.max(l.until.load(Ordering::Relaxed)) {
+                waited_out = true;
                 break;
             } else {
                 core::hint::spin_loop();
             }
         }
-        l.back_off(served);
+        // Stopped for another task or by the run's limit: no sign of a slow client.
+        if served || waited_out {
+            l.back_off(served);
+        }
         l.waiting.store(false, Ordering::Relaxed);
         // A doorbell that found `waiting` set after the last look left its request to us.
         fence(Ordering::SeqCst);
