@@ -121,8 +121,8 @@ counters! {
     /// Doorbells of unsignaled RDMA Reads and atomics whose requests another CPU sent, so
     /// that the call returned before their responses (see `QpShared::flush_tx_elsewhere`).
     tx_doorbell_handoffs,
-    /// Doorbells of a signaled RDMA Read or atomic whose request the request stream's work
-    /// item, waiting on another CPU, sent (see `qp::linger`).
+    /// Sends of the request stream by the work item that waits on another CPU for a
+    /// doorbell's signaled RDMA Read or atomic (see `qp::linger`): about one a request.
     tx_linger_handoffs,
     /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
     /// `net::tx::Burst`).

@@ -143,15 +143,10 @@ impl QpShared {
         // other.
         fence(Ordering::SeqCst);
         let l = &self.linger;
-        if l.waiting.load(Ordering::Relaxed)
+        let waited_for = l.waiting.load(Ordering::Relaxed)
             && now_ns().saturating_sub(l.beat.load(Ordering::Relaxed)) < BEAT_NS
-            && l.at.load(Ordering::Relaxed) != sched::current_cpu()
-        {
-            // Nothing queued (no route yet, no credit): nothing was handed over.
-            if !self.requests.is_empty() {
-                Counters::inc(&self.dev.counters.tx_linger_handoffs);
-            }
-        } else {
+            && l.at.load(Ordering::Relaxed) != sched::current_cpu();
+        if !waited_for {
             // Asked first, so that the worker wakes while this round trip runs (on a veth the
             // flush returns once the response is handled).
             self.ask_linger();
@@ -209,6 +204,7 @@ impl QpShared {
                 l.beat.store(u64::MAX, Ordering::Relaxed);
                 self.flush_stream(true);
                 if self.requests.is_empty() {
+                    Counters::inc(&self.dev.counters.tx_linger_handoffs);
                     served = true;
                     until = l.round_trip_ended(now);
                 } else {
