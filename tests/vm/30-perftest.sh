@@ -96,8 +96,17 @@ rd_atomic_lat() {
 	[ -x "$bin" ] || { echo "$bin is not built (scripts/test builds it)"; return 1; }
 	timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) "$bin" "${DUT}0" "$GA" "${DUT}1" "$GB"
 }
-check "rd_atomic_lat: 1,920 signaled Reads and Fetch & Adds, each posted once the one before completed: every byte and result right" \
-	rd_atomic_lat
+rd_out=$(rd_atomic_lat 2>&1)
+rd_rc=$?
+rd_atomic_rtt=$(sed -n 's/^# mean round trip: \([0-9]*\) us$/\1/p' <<<"$rd_out")
+desc="rd_atomic_lat: 1,920 signaled Reads and Fetch & Adds, each posted once the one before completed: every byte and result right"
+if [ "$rd_rc" -eq 0 ]; then
+	ktap_test_pass "$desc"
+else
+	diag "FAILED (rc=$rd_rc)"
+	diag "$rd_out"
+	ktap_test_fail "$desc"
+fi
 doorbell_handoffs() {
 	local before
 	before=$(handoffs)
@@ -109,8 +118,16 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 	diag "doorbell hand-offs during unsignaled.py: $n"
 	check "unsignaled.py's doorbells handed their requests to another CPU" test "$n" -gt 0
 	n=$(($(linger_handoffs) - linger_before))
-	diag "rd_atomic_lat's requests sent by the waiting work item: $n of 1920"
-	check "a quarter or more of rd_atomic_lat's requests were sent by the waiting work item" test "$n" -ge 480
+	desc="a quarter or more of rd_atomic_lat's requests were sent by the waiting work item"
+	diag "rd_atomic_lat's requests sent by the waiting work item: $n of 1920, mean round trip ${rd_atomic_rtt:-?} us"
+	# The item waits twice a round trip, at most 1 ms, and runs at most 2 ms: past 250 us a
+	# round trip (a debug kernel), a run serves a handful and each new one starts with an
+	# inline round trip, so the share no longer says whether the path works.
+	if [ "${rd_atomic_rtt:-0}" -gt 250 ] && [ "$n" -lt 480 ]; then
+		ktap_test_skip "$desc: a round trip took ${rd_atomic_rtt} us on average, past 250 us"
+	else
+		check "$desc" test "$n" -ge 480
+	fi
 	check "ib_atomic_bw (unsignaled atomics): the doorbells hand their requests to another CPU" \
 		eval 'n=$(doorbell_handoffs ib_atomic_bw) && diag "doorbell hand-offs: $n" && [ "$n" -gt 0 ]'
 	check "ib_atomic_lat (every atomic signaled): no doorbell hands its request off" \

@@ -12,7 +12,8 @@
  * source (and the bytes after its target, which must be untouched) and every Fetch & Add's
  * returned value against the counter's value before it; at the end, B's counter against the
  * sum of all adds.
- * Exits 0 when all holds, 1 with a message otherwise.
+ * Prints the mean round trip ("# mean round trip: N us"). Exits 0 when all holds, 1 with a
+ * message otherwise.
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -203,6 +204,9 @@ int main(int argc, char **argv)
 	counter = rnd();
 	memcpy(b.buf + SRC, &counter, 8);
 
+	struct timespec t0, t1;
+	double in_flight = 0;
+
 	for (r = 0; r < batches; r++) {
 		memset(a.buf + RESULT_AT, 0xa5, BATCH * 8);
 		for (i = 0; i < BATCH; i++) {
@@ -236,8 +240,11 @@ int main(int argc, char **argv)
 					       .compare_add = adds[i], .rkey = b.mr->rkey },
 			};
 		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (post_each(&a, wrs, 2 * BATCH))
 			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		in_flight += (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
 		for (i = 0; i < BATCH; i++) {
 			uint64_t got;
 
@@ -268,6 +275,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "FAIL: B's counter after the last batch is not the sum of the adds\n");
 		return 1;
 	}
+	printf("# mean round trip: %.0f us\n", in_flight / (batches * BATCH * 2));
 	printf("ok: %d signaled RDMA Reads and Fetch & Adds, each posted once the one before "
 	       "completed: every Read's bytes and every atomic's result are right\n",
 	       batches * BATCH * 2);
