@@ -29,40 +29,40 @@ unsafe impl Send for OwnedQueue {}
 unsafe impl Sync for OwnedQueue {}
 
 impl OwnedQueue {
-    /// Allocates an unbound, memory-reclaim-safe workqueue named `name`.
-    pub fn new(name: &'static CStr) -> Result<Self> {
-        // SAFETY: `name` is a NUL-terminated static string.
-        let q = unsafe { b::rvr_alloc_wq(name.as_char_ptr()) };
+    /// Takes the workqueue that `alloc`, one of the C helpers that allocate one, makes for
+    /// `name`.
+    fn allocated(
+        alloc: unsafe extern "C" fn(*const c_char) -> *mut b::workqueue_struct,
+        name: &'static CStr,
+    ) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated static string, which is all the helpers need.
+        let q = unsafe { alloc(name.as_char_ptr()) };
         // INVARIANT: a non-NULL result is a live workqueue we own.
         NonNull::new(q).map(Self).ok_or(ENOMEM)
+    }
+
+    /// Allocates an unbound, memory-reclaim-safe workqueue named `name`.
+    pub fn new(name: &'static CStr) -> Result<Self> {
+        Self::allocated(b::rvr_alloc_wq, name)
     }
 
     /// Allocates a per-CPU (bound), high-priority, memory-reclaim-safe workqueue named `name`:
     /// work queued for a CPU runs on that CPU.
     pub fn new_percpu(name: &'static CStr) -> Result<Self> {
-        // SAFETY: `name` is a NUL-terminated static string.
-        let q = unsafe { b::rvr_alloc_percpu_wq(name.as_char_ptr()) };
-        // INVARIANT: a non-NULL result is a live workqueue we own.
-        NonNull::new(q).map(Self).ok_or(ENOMEM)
+        Self::allocated(b::rvr_alloc_percpu_wq, name)
     }
 
     /// Allocates a per-CPU (bound), high-priority workqueue named `name` for work items that
     /// wait by spinning: `WQ_CPU_INTENSIVE`, so that while one runs, the CPU's other work items
     /// still start (in another worker, which the scheduler then runs beside it).
     pub fn new_spin(name: &'static CStr) -> Result<Self> {
-        // SAFETY: `name` is a NUL-terminated static string.
-        let q = unsafe { b::rvr_alloc_spin_wq(name.as_char_ptr()) };
-        // INVARIANT: a non-NULL result is a live workqueue we own.
-        NonNull::new(q).map(Self).ok_or(ENOMEM)
+        Self::allocated(b::rvr_alloc_spin_wq, name)
     }
 
     /// Allocates a bottom-half workqueue named `name`: work queued for a CPU runs there in
     /// softirq context, ahead of every task (queued for another CPU, it gets there by IPI).
     pub fn new_bh(name: &'static CStr) -> Result<Self> {
-        // SAFETY: `name` is a NUL-terminated static string.
-        let q = unsafe { b::rvr_alloc_bh_wq(name.as_char_ptr()) };
-        // INVARIANT: a non-NULL result is a live workqueue we own.
-        NonNull::new(q).map(Self).ok_or(ENOMEM)
+        Self::allocated(b::rvr_alloc_bh_wq, name)
     }
 
     /// The queue, for enqueueing work items.
