@@ -29,13 +29,18 @@ unsafe impl Send for OwnedQueue {}
 unsafe impl Sync for OwnedQueue {}
 
 impl OwnedQueue {
-    /// Takes the workqueue that `alloc`, one of the C helpers that allocate one, makes for
-    /// `name`.
-    fn allocated(
+    /// Takes the workqueue that `alloc` makes for `name`.
+    ///
+    /// # Safety
+    ///
+    /// `alloc` must be one of the C helpers that allocate a workqueue: given a NUL-terminated
+    /// name, it returns NULL or a new workqueue the caller owns.
+    unsafe fn allocated(
         alloc: unsafe extern "C" fn(*const c_char) -> *mut b::workqueue_struct,
         name: &'static CStr,
     ) -> Result<Self> {
-        // SAFETY: `name` is a NUL-terminated static string, which is all the helpers need.
+        // SAFETY: `name` is a NUL-terminated static string, which is all `alloc` needs (the
+        // caller's guarantee).
         let q = unsafe { alloc(name.as_char_ptr()) };
         // INVARIANT: a non-NULL result is a live workqueue we own.
         NonNull::new(q).map(Self).ok_or(ENOMEM)
@@ -43,26 +48,30 @@ impl OwnedQueue {
 
     /// Allocates an unbound, memory-reclaim-safe workqueue named `name`.
     pub fn new(name: &'static CStr) -> Result<Self> {
-        Self::allocated(b::rvr_alloc_wq, name)
+        // SAFETY: `rvr_alloc_wq` allocates a workqueue and hands it to its caller.
+        unsafe { Self::allocated(b::rvr_alloc_wq, name) }
     }
 
     /// Allocates a per-CPU (bound), high-priority, memory-reclaim-safe workqueue named `name`:
     /// work queued for a CPU runs on that CPU.
     pub fn new_percpu(name: &'static CStr) -> Result<Self> {
-        Self::allocated(b::rvr_alloc_percpu_wq, name)
+        // SAFETY: `rvr_alloc_percpu_wq` allocates a workqueue and hands it to its caller.
+        unsafe { Self::allocated(b::rvr_alloc_percpu_wq, name) }
     }
 
     /// Allocates a per-CPU (bound), high-priority workqueue named `name` for work items that
     /// wait by spinning: `WQ_CPU_INTENSIVE`, so that while one runs, the CPU's other work items
     /// still start (in another worker, which the scheduler then runs beside it).
     pub fn new_spin(name: &'static CStr) -> Result<Self> {
-        Self::allocated(b::rvr_alloc_spin_wq, name)
+        // SAFETY: `rvr_alloc_spin_wq` allocates a workqueue and hands it to its caller.
+        unsafe { Self::allocated(b::rvr_alloc_spin_wq, name) }
     }
 
     /// Allocates a bottom-half workqueue named `name`: work queued for a CPU runs there in
     /// softirq context, ahead of every task (queued for another CPU, it gets there by IPI).
     pub fn new_bh(name: &'static CStr) -> Result<Self> {
-        Self::allocated(b::rvr_alloc_bh_wq, name)
+        // SAFETY: `rvr_alloc_bh_wq` allocates a workqueue and hands it to its caller.
+        unsafe { Self::allocated(b::rvr_alloc_bh_wq, name) }
     }
 
     /// The queue, for enqueueing work items.
