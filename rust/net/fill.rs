@@ -7,6 +7,19 @@
 use core::mem::MaybeUninit;
 use kernel::prelude::*;
 
+/// Zeroes the first `N` bytes of `buf` if `len <= N` and `buf` holds `N` bytes: a fixed-size
+/// clear, done in a few stores. Whether it did.
+fn clear_short<const N: usize>(buf: &mut [MaybeUninit<u8>], len: usize) -> bool {
+    let head: Option<&mut [MaybeUninit<u8>; N]> = buf.get_mut(..N).and_then(|h| h.try_into().ok());
+    match head {
+        Some(head) if len <= N => {
+            *head = [MaybeUninit::new(0); N];
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Bytes written front to back over memory that may be uninitialised: a filled prefix, which
 /// may be read, and the rest, which is only ever written.
 ///
@@ -40,8 +53,15 @@ impl<'a> Fill<'a> {
     pub fn zeroed(&mut self, len: usize) -> Result<&mut [u8]> {
         let start = self.filled;
         let end = start.checked_add(len).ok_or(EMSGSIZE)?;
+        let rest = self.buf.get_mut(start..).ok_or(EMSGSIZE)?;
+        // A clear of a length known only at run time is a `memset` call, dearer than the few
+        // stores of a fixed-size one; bytes cleared past `end` are only ever written.
+        if !(clear_short::<64>(rest, len) || clear_short::<16>(rest, len)) {
+            rest.get_mut(..len)
+                .ok_or(EMSGSIZE)?
+                .fill(MaybeUninit::new(0));
+        }
         let dst = self.buf.get_mut(start..end).ok_or(EMSGSIZE)?;
-        dst.fill(MaybeUninit::new(0));
         // INVARIANT: `buf[start..end]` was just written and `end <= buf.len()`.
         self.filled = end;
         let p = dst.as_mut_ptr().cast::<u8>();

@@ -383,10 +383,36 @@ mod tests {
                 Ok(())
             })
             .is_ok());
-        assert!(skb.push(8).is_ok_and(|h| h == [0; 8]));
+        assert!(skb.push::<8>().is_ok_and(|h| *h == [0; 8]));
         let d = skb.data();
         assert_eq!(d.len(), 8 + 20 + 6 + 4 + 3);
         assert_eq!(&d[28..], &[1, 2, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0]);
+    }
+
+    /// `zeroed` gives exactly the bytes asked for, zeroed, whichever way it clears them (a
+    /// fixed-size clear where enough bytes remain, else one of the asked length), counts only
+    /// those, and refuses more than remain without counting any.
+    #[test]
+    fn fill_zeroed_short_and_long() {
+        for (size, ask) in [(80, 10), (80, 64), (20, 16), (20, 20), (10, 10), (100, 70)] {
+            let mut raw = [MaybeUninit::new(0xaa_u8); 100];
+            let mut f = Fill::new(&mut raw[..size]);
+            assert!(f
+                .zeroed(ask)
+                .is_ok_and(|h| h.len() == ask && h.iter().all(|&b| b == 0)));
+            assert_eq!(f.remaining(), size - ask);
+            assert!(f.copy(&[7; 100][..size - ask]).is_ok());
+            let Some(all) = f.into_init() else {
+                panic!("not full");
+            };
+            assert!(all[..ask].iter().all(|&b| b == 0) && all[ask..].iter().all(|&b| b == 7));
+        }
+        let mut raw = [MaybeUninit::new(0xaa_u8); 20];
+        let mut f = Fill::new(&mut raw);
+        assert!(f.copy(&[1; 10]).is_ok());
+        assert!(f.zeroed(16).is_err());
+        assert!(f.zeroed(11).is_err());
+        assert_eq!(f.remaining(), 10);
     }
 
     /// The room an skb has, read in Rust from its fields: headroom is what `reserve` left and
@@ -401,9 +427,9 @@ mod tests {
         assert!(skb.put(40).map(|b| b.fill(7)).is_ok());
         // `reserve` is for an empty skb only.
         assert!(skb.reserve(1).is_err());
-        assert!(skb.push(16).map(|b| b.fill(9)).is_ok());
+        assert!(skb.push::<16>().map(|b| b.fill(9)).is_ok());
         // The headroom was 16.
-        assert!(skb.push(1).is_err());
+        assert!(skb.push::<1>().is_err());
         assert_eq!(skb.len(), 56);
         assert_eq!(skb.data().len(), 56);
         assert!(skb.data()[..16].iter().all(|&x| x == 9));
@@ -433,7 +459,7 @@ mod tests {
         assert_eq!(skb.len(), p.len());
         assert!(skb.pull(IPV4_HLEN).is_ok());
         skb.reset_network_header();
-        assert!(skb.push(IPV4_HLEN).is_ok());
+        assert!(skb.push::<IPV4_HLEN>().is_ok());
         assert!(matches!(skb.parse_roce(), Err(RoceRxError::Skb(e)) if e == EINVAL));
         if let Some(lo) = NetDevRef::init_net_by_name(c"lo") {
             let ipv6 = b::ETH_P_IPV6 as u16;

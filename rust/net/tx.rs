@@ -236,7 +236,7 @@ pub fn build_routed(
         if f.remaining() != ICRC_LEN {
             return Err(EINVAL);
         }
-        Ok(())
+        f.copy(&[0; ICRC_LEN])
     })?;
     let proto = if route.ipv4 {
         b::ETH_P_IP
@@ -245,8 +245,7 @@ pub fn build_routed(
     } as u16;
 
     // UDP (rxe prepare_udp_hdr).
-    let udp: &mut [u8; UDP_HLEN] = skb.push(UDP_HLEN)?.try_into().map_err(|_| EINVAL)?;
-    roce::write_udp(udp, p.src_port, udp_len16);
+    roce::write_udp(skb.push()?, p.src_port, udp_len16);
     skb.reset_transport_header();
 
     // IP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr). Device, protocol, a scrubbed skb, the
@@ -261,10 +260,9 @@ pub fn build_routed(
             route.clone_dst(),
         )
     };
-    let ip = skb.push(ip_hlen)?;
     match v4 {
         Some((src, dst)) => {
-            let h: &mut [u8; IPV4_HLEN] = ip.try_into().map_err(|_| EINVAL)?;
+            let h: &mut [u8; IPV4_HLEN] = skb.push()?;
             roce::write_ipv4(h, ip_len16, p.tclass, p.ttl, src, dst);
             match p.ip_id {
                 Some(id) => h[4..6].copy_from_slice(&id.to_be_bytes()),
@@ -273,7 +271,7 @@ pub fn build_routed(
             }
         }
         None => {
-            let h: &mut [u8; IPV6_HLEN] = ip.try_into().map_err(|_| EINVAL)?;
+            let h: &mut [u8; IPV6_HLEN] = skb.push()?;
             roce::write_ipv6(
                 h,
                 ip_len16,

@@ -68,7 +68,8 @@ pub fn gid_from_ipv4(addr: [u8; 4]) -> [u8; 16] {
 
 /// The IPv4 address of an IPv4-mapped GID (`::ffff:a.b.c.d`), `None` for any other GID.
 pub fn ipv4_from_gid(gid: &[u8; 16]) -> Option<[u8; 4]> {
-    if gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff {
+    // One compare of the whole prefix, not a loop over its bytes: this runs for every packet.
+    if u128::from_be_bytes(*gid) >> 32 == 0xffff {
         Some([gid[12], gid[13], gid[14], gid[15]])
     } else {
         None
@@ -383,6 +384,13 @@ mod tests {
         let mut v6 = [0u8; 16];
         v6[15] = 1;
         assert_eq!(ipv4_from_gid(&v6), None);
+        // Every byte of the `::ffff:` prefix counts; the address bytes may be anything.
+        for i in 0..16 {
+            let mut x = g;
+            x[i] ^= 0x01;
+            let want = (i >= 12).then(|| [x[12], x[13], x[14], x[15]]);
+            assert_eq!(ipv4_from_gid(&x), want, "byte {i}");
+        }
     }
 
     #[test]
