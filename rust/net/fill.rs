@@ -7,17 +7,14 @@
 use core::mem::MaybeUninit;
 use kernel::prelude::*;
 
-/// Zeroes the first `N` bytes of `buf` if `len <= N` and `buf` holds `N` bytes: a fixed-size
-/// clear, done in a few stores. Whether it did.
-fn clear_short<const N: usize>(buf: &mut [MaybeUninit<u8>], len: usize) -> bool {
-    let head: Option<&mut [MaybeUninit<u8>; N]> = buf.get_mut(..N).and_then(|h| h.try_into().ok());
-    match head {
-        Some(head) if len <= N => {
-            *head = [MaybeUninit::new(0); N];
-            true
-        }
-        _ => false,
-    }
+/// Bytes a short [`Fill::zeroed`] clears in one fixed-size write when that many remain.
+const SHORT: usize = 64;
+
+/// Zeroes `buf` with a `memset` call: out of line, so that the compiler cannot merge the
+/// fixed-size clear into the same call with a length chosen at run time.
+#[inline(never)]
+fn clear(buf: &mut [MaybeUninit<u8>]) {
+    buf.fill(MaybeUninit::new(0));
 }
 
 /// Bytes written front to back over memory that may be uninitialised: a filled prefix, which
@@ -56,10 +53,11 @@ impl<'a> Fill<'a> {
         let rest = self.buf.get_mut(start..).ok_or(EMSGSIZE)?;
         // A clear of a length known only at run time is a `memset` call, dearer than the few
         // stores of a fixed-size one; bytes cleared past `end` are only ever written.
-        if !(clear_short::<64>(rest, len) || clear_short::<16>(rest, len)) {
-            rest.get_mut(..len)
-                .ok_or(EMSGSIZE)?
-                .fill(MaybeUninit::new(0));
+        let short: Option<&mut [MaybeUninit<u8>; SHORT]> =
+            rest.get_mut(..SHORT).and_then(|h| h.try_into().ok());
+        match short {
+            Some(head) if len <= SHORT => *head = [MaybeUninit::new(0); SHORT],
+            _ => clear(rest.get_mut(..len).ok_or(EMSGSIZE)?),
         }
         let dst = self.buf.get_mut(start..end).ok_or(EMSGSIZE)?;
         // INVARIANT: `buf[start..end]` was just written and `end <= buf.len()`.
