@@ -677,48 +677,70 @@ impl<'a> QpMemory<'a> {
         }
     }
 
-    /// Runs `f` on what table index `index` names: the MR the last lookup found if it is
-    /// there, else the table's entry (an MR found becomes the last one). A key the last MR
-    /// refuses is asked of the table too: the index may name another object by now.
-    fn with_entry<T>(
+    /// Finds what table index `index` names, checks an access to it and runs `then` on the MR
+    /// reached and the position in its memory. For an MR, `mr_pos` checks the access; for a
+    /// window, `mw_pos` checks it and gives the window's MR. The MR the last lookup found is
+    /// asked first, lent from the cache: a packet takes and drops no reference on it (an
+    /// atomic operation each, on a count the other CPU's packets touch too). A key it refuses
+    /// is asked of the table too: the index may name another object by now. An MR the table
+    /// gives becomes the last one.
+    fn with_mr<T>(
         &self,
         index: u32,
-        f: impl Fn(Entry) -> Result<T, MemError>,
+        mr_pos: impl Fn(&RvrMr) -> Result<u64, MemError>,
+        mw_pos: impl FnOnce(&RvrMw) -> Result<(Arc<RvrMr>, u64), MemError>,
+        then: impl FnOnce(&Arc<RvrMr>, u64) -> Result<T, MemError>,
     ) -> Result<T, MemError> {
         if let Some((i, mr)) = self.last.take() {
-            let hit = (i == index).then(|| mr.clone());
-            self.last.set(Some((i, mr)));
-            if let Some(mr) = hit {
-                match f(Entry::Mr(mr)) {
-                    Err(MemError::BadKey) => self.last.set(None),
-                    r => return r,
+            if i != index {
+                self.last.set(Some((i, mr)));
+            } else {
+                // Put back after `then`: a lookup inside it would find the cache empty and
+                // ask the table, which is only slower.
+                match mr_pos(&mr) {
+                    Err(MemError::BadKey) => {}
+                    Err(e) => {
+                        self.last.set(Some((i, mr)));
+                        return Err(e);
+                    }
+                    Ok(pos) => {
+                        let r = then(&mr, pos);
+                        self.last.set(Some((i, mr)));
+                        return r;
+                    }
                 }
             }
         }
-        let e = self.table.entry(index).ok_or(MemError::BadKey)?;
-        if let Entry::Mr(mr) = &e {
-            self.last.set(Some((index, mr.clone())));
+        match self.table.entry(index).ok_or(MemError::BadKey)? {
+            Entry::Mr(mr) => {
+                let r = mr_pos(&mr).and_then(|pos| then(&mr, pos));
+                self.last.set(Some((index, mr)));
+                r
+            }
+            Entry::Mw(mw) => {
+                let (mr, pos) = mw_pos(&mw)?;
+                then(&mr, pos)
+            }
         }
-        f(e)
     }
 
-    /// Looks up the local key `key` (an MR's; a window's is no local key) and checks an access
-    /// of `len` bytes at `va` needing `access` ([`RvrMr::check`]). Returns the MR and the
-    /// position in its memory.
-    fn resolve_local(
+    /// Looks up the local key `key` (an MR's; a window's is no local key), checks an access
+    /// of `len` bytes at `va` needing `access` ([`RvrMr::check`]) and runs `then` on the MR and
+    /// the position in its memory.
+    fn with_local<T>(
         &self,
         key: u32,
         va: u64,
         len: u64,
         access: u32,
-    ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        self.with_entry(key_index(key), |e| match e {
-            Entry::Mr(mr) => {
-                let pos = mr.check(key, self.pd_id, va, len, access)?;
-                Ok((mr, pos))
-            }
-            Entry::Mw(_) => Err(MemError::BadKey),
-        })
+        then: impl FnOnce(&Arc<RvrMr>, u64) -> Result<T, MemError>,
+    ) -> Result<T, MemError> {
+        self.with_mr(
+            key_index(key),
+            |mr| mr.check(key, self.pd_id, va, len, access),
+            |_| Err(MemError::BadKey),
+            then,
+        )
     }
 
     fn qp(&self) -> QpRef {
@@ -773,27 +795,27 @@ impl<'a> QpMemory<'a> {
         }
     }
 
-    /// Looks up the R_Key `rkey` (an MR's or a memory window's) and checks a remote access of
-    /// `len` bytes at `va` needing `access`: through a window, against the window (range,
-    /// rights, PD, QP) and then its MR. Returns the MR and the position in its memory.
-    fn resolve_remote(
+    /// Looks up the R_Key `rkey` (an MR's or a memory window's), checks a remote access of
+    /// `len` bytes at `va` needing `access` (through a window, against the window's range,
+    /// rights, PD and QP, then its MR) and runs `then` on the MR and the position in its memory.
+    fn with_remote<T>(
         &self,
         rkey: u32,
         va: u64,
         len: u64,
         access: u32,
-    ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        self.with_entry(key_index(rkey), |e| match e {
-            Entry::Mr(mr) => {
-                let pos = mr.check(rkey, self.pd_id, va, len, access)?;
-                Ok((mr, pos))
-            }
-            Entry::Mw(mw) => {
+        then: impl FnOnce(&Arc<RvrMr>, u64) -> Result<T, MemError>,
+    ) -> Result<T, MemError> {
+        self.with_mr(
+            key_index(rkey),
+            |mr| mr.check(rkey, self.pd_id, va, len, access),
+            |mw| {
                 let (mr, mva) = mw.resolve(rkey, self.qp(), va, len, access)?;
                 let pos = mr.window_pos(mva, len)?;
                 Ok((mr, pos))
-            }
-        })
+            },
+            then,
+        )
     }
 
     /// Invalidates the MR or type 2 window `key` names (LOCAL_INV, Send with Invalidate).
@@ -813,20 +835,30 @@ impl<'a> QpMemory<'a> {
         len: u64,
         access: u32,
         remote: bool,
-    ) -> Result<(Arc<RvrMr>, u64), MemError> {
-        let (mr, pos) = if remote {
-            self.resolve_remote(key, va, len, access)?
-        } else {
-            self.resolve_local(key, va, len, access)?
+    ) -> Result<(), MemError> {
+        let resident = |mr: &Arc<RvrMr>, pos: u64| {
+            if mr.resident(pos, len, writes(access)) {
+                return Ok(());
+            }
+            self.note(Err(MemError::NotPresent), mr, pos, len, writes(access))
         };
-        if !mr.resident(pos, len, writes(access)) {
-            return self.note(Err(MemError::NotPresent), &mr, pos, len, writes(access));
+        if remote {
+            self.with_remote(key, va, len, access, resident)
+        } else {
+            self.with_local(key, va, len, access, resident)
         }
-        Ok((mr, pos))
     }
 
-    /// The piece of `len` bytes `skip` bytes into the SGE `s`, checked for `access`.
-    fn piece(&self, s: &Sge, skip: usize, len: usize, access: u32) -> Result<Piece, MemError> {
+    /// Checks the piece of `len` bytes `skip` bytes into the SGE `s` for `access` and runs
+    /// `then` on its MR (`None`: the inline area) and the position in it.
+    fn with_piece<T>(
+        &self,
+        s: &Sge,
+        skip: usize,
+        len: usize,
+        access: u32,
+        then: impl FnOnce(Option<&Arc<RvrMr>>, u64) -> Result<T, MemError>,
+    ) -> Result<T, MemError> {
         let va = s
             .addr
             .checked_add(skip as u64)
@@ -835,21 +867,22 @@ impl<'a> QpMemory<'a> {
             if access != 0 || !in_range(0, self.inline.len() as u64, va, len as u64) {
                 return Err(MemError::BadKey);
             }
-            return Ok((None, va, len));
+            return then(None, va);
         }
-        let (mr, pos) = self.resolve_local(s.lkey, va, len as u64, access)?;
-        Ok((Some(mr), pos, len))
+        self.with_local(s.lkey, va, len as u64, access, |mr, pos| {
+            then(Some(mr), pos)
+        })
     }
 
     /// Resolves `[offset, offset + total)` of the SGE list into at most `MAX_SGE` pieces, all
-    /// checked for `access` before any byte moves; calls `f(piece, done)` on each.
+    /// checked for `access` before any byte moves; calls `f(mr, pos, len, done)` on each.
     fn resolve_sges(
         &self,
         sges: &[Sge],
         offset: u32,
         total: usize,
         access: u32,
-        mut f: impl FnMut(&Piece, usize) -> Result<(), MemError>,
+        mut f: impl FnMut(Option<&Arc<RvrMr>>, u64, usize, usize) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
         let mut skip = offset as usize;
         // The SGEs the range begins in: those before it are skipped.
@@ -867,7 +900,7 @@ impl<'a> QpMemory<'a> {
             if total == 0 {
                 return Ok(());
             }
-            return f(&self.piece(s, skip, total, access)?, 0);
+            return self.with_piece(s, skip, total, access, |mr, pos| f(mr, pos, total, 0));
         }
         let mut pieces: [Option<Piece>; MAX_SGE] = Default::default();
         let mut left = total;
@@ -882,7 +915,8 @@ impl<'a> QpMemory<'a> {
                 continue;
             }
             let len = (slen - skip).min(left);
-            let piece = self.piece(s, skip, len, access)?;
+            let piece =
+                self.with_piece(s, skip, len, access, |mr, pos| Ok((mr.cloned(), pos, len)))?;
             *pieces.get_mut(n).ok_or(MemError::OutOfBounds)? = Some(piece);
             n += 1;
             skip = 0;
@@ -892,9 +926,9 @@ impl<'a> QpMemory<'a> {
             return Err(MemError::OutOfBounds);
         }
         let mut done = 0;
-        for p in pieces.iter().flatten() {
-            f(p, done)?;
-            done += p.2;
+        for (mr, pos, len) in pieces.iter().flatten() {
+            f(mr.as_ref(), *pos, *len, done)?;
+            done += len;
         }
         Ok(())
     }
@@ -908,10 +942,10 @@ impl<'a> QpMemory<'a> {
         len: usize,
         out: &mut Fill<'_>,
     ) -> Result<(), MemError> {
-        self.resolve_sges(sges, offset, len, 0, |(mr, pos, n), _| match mr {
-            Some(mr) => self.note(mr.read_at(*pos, *n, out), mr, *pos, *n as u64, false),
+        self.resolve_sges(sges, offset, len, 0, |mr, pos, n, _| match mr {
+            Some(mr) => self.note(mr.read_at(pos, n, out), mr, pos, n as u64, false),
             None => {
-                let p = *pos as usize;
+                let p = pos as usize;
                 let src = self.inline.get(p..p + n).ok_or(MemError::OutOfBounds)?;
                 out.copy(src).map_err(|_| MemError::OutOfBounds)
             }
@@ -927,8 +961,9 @@ impl<'a> QpMemory<'a> {
         len: usize,
         out: &mut Fill<'_>,
     ) -> Result<(), MemError> {
-        let (mr, pos) = self.resolve_remote(rkey, va, len as u64, ACCESS_REMOTE_READ)?;
-        self.note(mr.read_at(pos, len, out), &mr, pos, len as u64, false)
+        self.with_remote(rkey, va, len as u64, ACCESS_REMOTE_READ, |mr, pos| {
+            self.note(mr.read_at(pos, len, out), mr, pos, len as u64, false)
+        })
     }
 }
 
@@ -954,10 +989,10 @@ impl Memory for QpMemory<'_> {
             offset,
             data.len(),
             ACCESS_LOCAL_WRITE,
-            |(mr, pos, len), done| {
+            |mr, pos, len, done| {
                 let src = data.get(done..done + len).ok_or(MemError::OutOfBounds)?;
                 match mr {
-                    Some(mr) => self.note(mr.write_at(*pos, src), mr, *pos, *len as u64, true),
+                    Some(mr) => self.note(mr.write_at(pos, src), mr, pos, len as u64, true),
                     None => Err(MemError::BadKey),
                 }
             },
@@ -966,31 +1001,34 @@ impl Memory for QpMemory<'_> {
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
         self.resolve_resident(rkey, va, u64::from(len), access, true)
-            .map(|_| ())
     }
 
     fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        let (mr, pos) = self.resolve_remote(rkey, va, data.len() as u64, ACCESS_REMOTE_WRITE)?;
-        self.note(mr.write_at(pos, data), &mr, pos, data.len() as u64, true)
+        let len = data.len() as u64;
+        self.with_remote(rkey, va, len, ACCESS_REMOTE_WRITE, |mr, pos| {
+            self.note(mr.write_at(pos, data), mr, pos, len, true)
+        })
     }
 
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         if va % 8 != 0 {
             return Err(MemError::OpFailed);
         }
-        let (mr, pos) = self.resolve_remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC)?;
-        self.note(mr.atomic_at(pos, op), &mr, pos, 8, true)
+        self.with_remote(rkey, va, 8, ACCESS_REMOTE_ATOMIC, |mr, pos| {
+            self.note(mr.atomic_at(pos, op), mr, pos, 8, true)
+        })
     }
 
     fn remote_atomic_write(&mut self, rkey: u32, va: u64, value: [u8; 8]) -> Result<(), MemError> {
-        let (mr, pos) = self.resolve_remote(rkey, va, 8, ACCESS_REMOTE_WRITE)?;
-        self.note(
-            mr.atomic_store_at(pos, u64::from_ne_bytes(value)),
-            &mr,
-            pos,
-            8,
-            true,
-        )
+        self.with_remote(rkey, va, 8, ACCESS_REMOTE_WRITE, |mr, pos| {
+            self.note(
+                mr.atomic_store_at(pos, u64::from_ne_bytes(value)),
+                mr,
+                pos,
+                8,
+                true,
+            )
+        })
     }
 
     fn remote_flush(

@@ -166,14 +166,19 @@ impl NetHeader {
     /// The GRH area of a packet whose IP header is `ip` (20 bytes: IPv4, 40: IPv6); `None` for
     /// another length.
     pub fn from_ip_header(ip: &[u8]) -> Option<Self> {
+        // Each length copied as a fixed-size array: a copy whose length is known only at run
+        // time is a `memcpy` call, and this runs for every packet received.
         let mut grh = [0u8; 40];
-        let ipv4 = match ip.len() {
-            20 => true,
-            40 => false,
-            _ => return None,
-        };
-        grh[40 - ip.len()..].copy_from_slice(ip);
-        Some(Self { grh, ipv4 })
+        if let Ok(v4) = <&[u8; 20]>::try_from(ip) {
+            let (_, tail) = grh.split_at_mut(20);
+            tail.copy_from_slice(v4);
+            return Some(Self { grh, ipv4: true });
+        }
+        let v6 = <&[u8; 40]>::try_from(ip).ok()?;
+        Some(Self {
+            grh: *v6,
+            ipv4: false,
+        })
     }
 }
 
@@ -540,6 +545,24 @@ mod tests {
     const R1: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x21];
     const L2: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12];
     const R2: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x22];
+
+    /// The GRH area: an IPv4 header in its last 20 bytes after 20 zeros (where ib_core's
+    /// `ib_get_rdma_header_version` looks for it), an IPv6 header as the whole; any other
+    /// length is no IP header.
+    #[test]
+    fn net_header_from_ip_header() {
+        let ip: [u8; 40] = core::array::from_fn(|i| i as u8 + 1);
+        let v4 = NetHeader::from_ip_header(&ip[..20]).expect("IPv4");
+        assert!(v4.ipv4);
+        assert_eq!(v4.grh[..20], [0; 20]);
+        assert_eq!(v4.grh[20..], ip[..20]);
+        let v6 = NetHeader::from_ip_header(&ip).expect("IPv6");
+        assert!(!v6.ipv4);
+        assert_eq!(v6.grh, ip);
+        for n in [0, 19, 21, 39] {
+            assert!(NetHeader::from_ip_header(&ip[..n]).is_none(), "{n} bytes");
+        }
+    }
 
     /// A path as configured at one end: local port, local GID, remote GID.
     fn path(port: u8, local: [u8; 16], remote: [u8; 16], timeout: u8) -> PathInfo {
