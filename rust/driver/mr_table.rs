@@ -656,8 +656,9 @@ pub struct QpMemory<'a> {
     /// real (the memory is gone, or never was writable).
     failed: Option<OdpFault>,
     /// The MR the last lookup found, by table index. The packets of one batch mostly reach one
-    /// MR, and this spares each of them the table's lock; every access still checks the MR's
-    /// key, state and rights ([`RvrMr::check`]). Held only as long as the `QpMemory`, which
+    /// MR, and this spares each of them the table's lock and a reference taken and dropped (an
+    /// access borrows it, [`QpMemory::with_mr`]); every access still checks the MR's key, state
+    /// and rights ([`RvrMr::check`]). Held only as long as the `QpMemory`, which
     /// lives for one locked section of a QP.
     last: Cell<Option<(u32, Arc<RvrMr>)>>,
 }
