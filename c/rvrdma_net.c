@@ -11,11 +11,6 @@ void rvr_skb_reset_network_header(struct sk_buff *skb)
 	skb_reset_network_header(skb);
 }
 
-void rvr_skb_reset_transport_header(struct sk_buff *skb)
-{
-	skb_reset_transport_header(skb);
-}
-
 int rvr_skb_linearize(struct sk_buff *skb)
 {
 	return skb_linearize(skb);
@@ -44,16 +39,40 @@ void rvr_skb_reserve(struct sk_buff *skb, int len)
 	skb_reserve(skb, len);
 }
 
-/* The per-packet set-up of a transmitted skb in one call; consumes the reference on @dst. */
-void rvr_skb_tx_prepare(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
-			struct dst_entry *dst)
+/* An skb to transmit, empty, with room for @ndev's link-layer header and @head bytes of
+ * network and UDP headers in front of the @len bytes to be put. */
+struct sk_buff *rvr_alloc_tx_skb(const struct net_device *ndev, unsigned int head,
+				 unsigned int len)
 {
+	unsigned int room = LL_RESERVED_SPACE(ndev) + head;
+	struct sk_buff *skb = alloc_skb(room + len, GFP_ATOMIC);
+
+	if (skb)
+		skb_reserve(skb, room);
+	return skb;
+}
+
+/* The per-packet set-up of a transmitted skb once its UDP payload is in, in one call: pushes the
+ * UDP header (the transport header) and an @ip_hlen-byte IP header (the network header), sets
+ * the device, protocol and route (taking a reference on @dst, which may be NULL) and clears the
+ * IP control block. Returns skb->data (the IP header), or NULL with the skb unchanged if its
+ * headroom is short or a clone shares its data. The headers' bytes are left to the caller. */
+unsigned char *rvr_skb_tx_headers(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
+				  struct dst_entry *dst, unsigned int ip_hlen)
+{
+	if (skb_cloned(skb) || skb_headroom(skb) < ip_hlen + sizeof(struct udphdr))
+		return NULL;
+	__skb_push(skb, sizeof(struct udphdr));
+	skb_reset_transport_header(skb);
+	__skb_push(skb, ip_hlen);
+	skb_reset_network_header(skb);
 	skb->dev = ndev;
 	skb->protocol = proto;
 	skb_scrub_packet(skb, false);
 	skb_clear_hash(skb);
-	skb_dst_set(skb, dst);
+	skb_dst_set(skb, dst_clone(dst));
 	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
+	return skb->data;
 }
 
 /* A received skb kept past the receive path's RCU section: its route may be held without a
@@ -99,11 +118,6 @@ int rvr_dev_mc_gid(struct net_device *ndev, const u8 *gid, bool add)
 	else
 		ipv6_eth_mc_map((const struct in6_addr *)gid, mac);
 	return add ? dev_mc_add(ndev, mac) : dev_mc_del(ndev, mac);
-}
-
-unsigned int rvr_ll_reserved_space(const struct net_device *ndev)
-{
-	return LL_RESERVED_SPACE(ndev);
 }
 
 int rvr_udp_sock_create(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp)

@@ -24,14 +24,15 @@
 
 /* skb accessors */
 void rvr_skb_reset_network_header(struct sk_buff *skb);
-void rvr_skb_reset_transport_header(struct sk_buff *skb);
 int rvr_skb_linearize(struct sk_buff *skb);
 unsigned char *rvr_skb_linear_unshared(const struct sk_buff *skb, unsigned int *len);
 void rvr_kfree_skb(struct sk_buff *skb);
 struct sk_buff *rvr_alloc_skb(unsigned int size);
 void rvr_skb_reserve(struct sk_buff *skb, int len);
-void rvr_skb_tx_prepare(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
-			struct dst_entry *dst);
+struct sk_buff *rvr_alloc_tx_skb(const struct net_device *ndev, unsigned int head,
+				 unsigned int len);
+unsigned char *rvr_skb_tx_headers(struct sk_buff *skb, struct net_device *ndev, __be16 proto,
+				  struct dst_entry *dst, unsigned int ip_hlen);
 void rvr_skb_detach(struct sk_buff *skb);
 struct dst_entry *rvr_skb_dst(const struct sk_buff *skb);
 bool rvr_skb_out_unqueued(const struct sk_buff *skb);
@@ -50,7 +51,6 @@ struct net *rvr_dev_net(const struct net_device *ndev);
 struct net_device *rvr_init_net_dev_get_by_name(const char *name);
 int rvr_netdev_ifindex(const struct net_device *ndev);
 int rvr_dev_mc_gid(struct net_device *ndev, const u8 *gid, bool add);
-unsigned int rvr_ll_reserved_space(const struct net_device *ndev);
 int rvr_udp_sock_create(struct net *net, struct udp_port_cfg *cfg, struct socket **sockp);
 struct sock *rvr_socket_sk(const struct socket *sock);
 void *rvr_rcu_dereference_sk_user_data(const struct sock *sk);

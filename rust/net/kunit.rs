@@ -14,7 +14,6 @@ mod tests {
     use crate::net::{tx, udp_tunnel};
     use crate::rvcore::{icrc, psn::Psn, wire};
     use core::mem::MaybeUninit;
-    use core::ptr::null_mut;
     use core::sync::atomic::{AtomicU32, Ordering};
     use kernel::prelude::*;
     use kernel::time::{delay::fsleep, Delta};
@@ -441,10 +440,11 @@ mod tests {
         skb.consume();
     }
 
-    /// Fields read in Rust: a fresh skb has no device, owner or protocol, and one prepared for
-    /// sending has the device and protocol (in host order) it was given; a network header
+    /// Fields read in Rust: a fresh skb has no device, owner or protocol; a network header
     /// behind `data` (as `encap_rcv` hands a packet over) is pushed back to, and one after
-    /// `data` is refused.
+    /// `data` is refused. Headers pushed for sending (`push_ip_udp`) need their room (without it
+    /// the skb is left as it was), come zeroed, and set the device, protocol (in host order) and
+    /// network header.
     #[test]
     fn skb_headers_from_fields() {
         let p = packet_v4();
@@ -462,14 +462,23 @@ mod tests {
         assert!(skb.push::<IPV4_HLEN>().is_ok());
         assert!(matches!(skb.parse_roce(), Err(RoceRxError::Skb(e)) if e == EINVAL));
         if let Some(lo) = NetDevRef::init_net_by_name(c"lo") {
-            let ipv6 = b::ETH_P_IPV6 as u16;
-            // SAFETY: the skb is ours and live, `lo` is referenced for the call, and a null
-            // route is allowed (none is set).
-            unsafe {
-                b::rvr_skb_tx_prepare(skb.as_raw(), lo.as_raw(), ipv6.to_be(), null_mut());
-            }
+            // Pulled to its UDP payload, the packet has room for IPv4's headers, not IPv6's.
+            assert!(skb.pull(IPV4_HLEN + UDP_HLEN).is_ok());
+            let len = skb.len();
+            assert!(tx::push_ip_udp::<{ IPV6_HLEN + UDP_HLEN }>(&mut skb, &lo, None).is_err());
+            assert_eq!(skb.len(), len);
+            assert!(skb.dev_raw().is_null());
+            let pushed =
+                tx::push_ip_udp::<{ IPV4_HLEN + UDP_HLEN }>(&mut skb, &lo, None).map(|pkt| {
+                    let zeroed = pkt[..IPV4_HLEN + UDP_HLEN].iter().all(|&x| x == 0);
+                    pkt.copy_from_slice(&p);
+                    (pkt.len(), zeroed)
+                });
+            assert_eq!(pushed, Ok((p.len(), true)));
             assert!(skb.came_from(&lo));
-            assert_eq!(skb.protocol(), ipv6);
+            assert_eq!(skb.protocol(), b::ETH_P_IP as u16);
+            // The network header is where the IP header was pushed.
+            assert!(skb.parse_roce().is_ok());
         }
         skb.consume();
     }

@@ -52,6 +52,18 @@ impl Skb {
         unsafe { Skb::from_raw(p) }.ok_or(ENOMEM)
     }
 
+    /// An empty skb to transmit on `ndev`, with room for its link-layer header and `head` bytes
+    /// of headers in front of the `len` bytes to put (`GFP_ATOMIC`, callable in any context).
+    pub(crate) fn alloc_tx(ndev: &NetDev, head: usize, len: usize) -> Result<Skb> {
+        let head = u32::try_from(head).map_err(|_| EINVAL)?;
+        let len = u32::try_from(len).map_err(|_| EINVAL)?;
+        // SAFETY: the device is live (`&NetDev`); `alloc_skb` may be called in any context with
+        // GFP_ATOMIC.
+        let p = unsafe { b::rvr_alloc_tx_skb(ndev.as_raw(), head, len) };
+        // SAFETY: a non-null result is a fresh skb that we own.
+        unsafe { Skb::from_raw(p) }.ok_or(ENOMEM)
+    }
+
     /// A new skb holding a copy of `pkt`, an IP packet, with the network header at its start (as
     /// a looped-back packet, or a test, hands it to [`Skb::parse_roce`]).
     pub fn from_ip_packet(pkt: &[u8]) -> Result<Skb> {
@@ -291,12 +303,6 @@ impl Skb {
     pub(crate) fn reset_network_header(&mut self) {
         // SAFETY: the skb is live and exclusively ours.
         unsafe { b::rvr_skb_reset_network_header(self.as_raw()) };
-    }
-
-    /// Marks the current `skb->data` as the transport header.
-    pub(crate) fn reset_transport_header(&mut self) {
-        // SAFETY: the skb is live and exclusively ours.
-        unsafe { b::rvr_skb_reset_transport_header(self.as_raw()) };
     }
 
     /// Moves `skb->data` back to the network header if it is past it (the UDP layer hands

@@ -225,11 +225,7 @@ pub fn build_routed(
     } else {
         udp_len16
     };
-    // SAFETY: the device is live.
-    let ll = unsafe { b::rvr_ll_reserved_space(p.ndev.as_raw()) } as usize;
-
-    let mut skb = Skb::alloc(ll + ip_hlen + udp_len)?;
-    skb.reserve(ll + ip_hlen + UDP_HLEN)?;
+    let mut skb = Skb::alloc_tx(p.ndev, ip_hlen + UDP_HLEN, transport_len + ICRC_LEN)?;
     skb.put_with(transport_len + ICRC_LEN, |f| {
         fill(f)?;
         // Exactly the transport: the ICRC follows (zeroed until computed).
@@ -238,42 +234,29 @@ pub fn build_routed(
         }
         f.copy(&[0; ICRC_LEN])
     })?;
-    let proto = if route.ipv4 {
-        b::ETH_P_IP
-    } else {
-        b::ETH_P_IPV6
-    } as u16;
 
-    // UDP (rxe prepare_udp_hdr).
-    roce::write_udp(skb.push()?, p.src_port, udp_len16);
-    skb.reset_transport_header();
-
-    // IP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr). Device, protocol, a scrubbed skb, the
-    // route and a clear IP control block, in one call.
-    // SAFETY: the skb is ours and not shared; the device is live (the dst keeps its own
-    // reference); `clone_dst` gives the reference `skb_dst_set` consumes.
-    unsafe {
-        b::rvr_skb_tx_prepare(
-            skb.as_raw(),
-            p.ndev.as_raw(),
-            proto.to_be(),
-            route.clone_dst(),
-        )
-    };
-    match v4 {
+    // IP and UDP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr, prepare_udp_hdr): the headers'
+    // room, device, protocol, a scrubbed skb, the route and a clear IP control block, in one
+    // call; then their bytes.
+    let pkt = match v4 {
         Some((src, dst)) => {
-            let h: &mut [u8; IPV4_HLEN] = skb.push()?;
-            roce::write_ipv4(h, ip_len16, p.tclass, p.ttl, src, dst);
+            let pkt = push_ip_udp::<{ IPV4_HLEN + UDP_HLEN }>(&mut skb, p.ndev, Some(route))?;
+            let (ip, udp) = split_headers::<IPV4_HLEN>(&mut *pkt)?;
+            roce::write_udp(udp, p.src_port, udp_len16);
+            roce::write_ipv4(ip, ip_len16, p.tclass, p.ttl, src, dst);
             match p.ip_id {
-                Some(id) => h[4..6].copy_from_slice(&id.to_be_bytes()),
-                // SAFETY: `h` is the IPv4 header of the skb; the namespace is live (device).
-                None => unsafe { b::__ip_select_ident(p.net(), h.as_mut_ptr().cast(), 1) },
+                Some(id) => ip[4..6].copy_from_slice(&id.to_be_bytes()),
+                // SAFETY: `ip` is the IPv4 header of the skb; the namespace is live (device).
+                None => unsafe { b::__ip_select_ident(p.net(), ip.as_mut_ptr().cast(), 1) },
             }
+            pkt
         }
         None => {
-            let h: &mut [u8; IPV6_HLEN] = skb.push()?;
+            let pkt = push_ip_udp::<{ IPV6_HLEN + UDP_HLEN }>(&mut skb, p.ndev, Some(route))?;
+            let (ip, udp) = split_headers::<IPV6_HLEN>(&mut *pkt)?;
+            roce::write_udp(udp, p.src_port, udp_len16);
             roce::write_ipv6(
-                h,
+                ip,
                 ip_len16,
                 p.tclass,
                 p.flow_label,
@@ -281,21 +264,69 @@ pub fn build_routed(
                 p.src_gid,
                 p.dst_gid,
             );
+            pkt
         }
-    }
-    skb.reset_network_header();
+    };
 
     // ICRC over the finished headers (the IPv4 identification is covered).
-    let data = skb.data_mut().ok_or(EINVAL)?;
-    let split = data.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
-    let (pkt, trailer) = data.split_at_mut(split);
-    let crc = roce::compute_icrc_in_place(pkt, route.ipv4);
+    let split = pkt.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
+    let (covered, trailer) = pkt.split_at_mut(split);
+    let crc = roce::compute_icrc_in_place(covered, route.ipv4);
     trailer.copy_from_slice(&icrc::to_wire(crc.ok_or(EINVAL)?));
 
     // SAFETY: the skb is ours with no owner yet; the socket is live while `tun` is (it holds a
     // reference), and `skb_set_owner_w` takes its own (write memory) reference.
     unsafe { b::skb_set_owner_w(skb.as_raw(), tun.owner_sk(route.ipv4)) };
     Ok(skb)
+}
+
+/// Prepends the UDP header and the IP header to `skb`, whose data is the UDP payload, and sets
+/// it up for sending along `route` (device, protocol, a scrubbed skb, the dst, a clear IP
+/// control block): `H` is both headers' length, which also tells the family (IPv4 for
+/// `IPV4_HLEN + UDP_HLEN`, else IPv6). Returns the whole packet, the headers zeroed; `EMSGSIZE`
+/// (the skb unchanged) if its headroom is short or a clone shares its data.
+pub(super) fn push_ip_udp<'s, const H: usize>(
+    skb: &'s mut Skb,
+    ndev: &NetDev,
+    route: Option<&Route>,
+) -> Result<&'s mut [u8]> {
+    let (ip_hlen, proto) = if H == IPV4_HLEN + UDP_HLEN {
+        (IPV4_HLEN, b::ETH_P_IP)
+    } else if H == IPV6_HLEN + UDP_HLEN {
+        (IPV6_HLEN, b::ETH_P_IPV6)
+    } else {
+        return Err(EINVAL);
+    };
+    let dst = route.map_or(core::ptr::null_mut(), |r| r.dst.as_ptr());
+    // SAFETY: the skb is live and exclusively ours (`&mut`); `ndev` is live; `dst` is null or
+    // a dst we hold a reference on while `route` is borrowed (the helper takes the skb's own).
+    let p = unsafe {
+        b::rvr_skb_tx_headers(
+            skb.as_raw(),
+            ndev.as_raw(),
+            (proto as u16).to_be(),
+            dst,
+            ip_hlen as u32,
+        )
+    };
+    if p.is_null() {
+        return Err(EMSGSIZE);
+    }
+    // SAFETY: the helper returned `skb->data` after pushing `H` bytes of headroom, which are
+    // ours to write; a byte array has alignment 1.
+    unsafe { p.cast::<[u8; H]>().write([0; H]) };
+    let len = skb.headlen();
+    // SAFETY: `p .. p + len` is the skb's linear data, which no clone shares (the helper
+    // checked) and which `skb`'s exclusive borrow keeps ours for `'s`. Its first `H` bytes were
+    // just written and the rest was put, so all of it is initialised.
+    Ok(unsafe { core::slice::from_raw_parts_mut(p, len) })
+}
+
+/// The IP header (`IP` bytes) and the UDP header at the start of a packet.
+fn split_headers<const IP: usize>(pkt: &mut [u8]) -> Result<(&mut [u8; IP], &mut [u8; UDP_HLEN])> {
+    let (ip, rest) = pkt.split_first_chunk_mut::<IP>().ok_or(EINVAL)?;
+    let (udp, _) = rest.split_first_chunk_mut::<UDP_HLEN>().ok_or(EINVAL)?;
+    Ok((ip, udp))
 }
 
 /// The IPv4 identifications of one stream of packets: consecutive from a random start, as
