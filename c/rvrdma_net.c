@@ -34,11 +34,6 @@ struct sk_buff *rvr_alloc_skb(unsigned int size)
 	return alloc_skb(size, GFP_ATOMIC);
 }
 
-void rvr_skb_reserve(struct sk_buff *skb, int len)
-{
-	skb_reserve(skb, len);
-}
-
 /* An skb to transmit, empty, with room for @ndev's link-layer header and @head bytes of
  * network and UDP headers in front of the @len bytes to be put. */
 struct sk_buff *rvr_alloc_tx_skb(const struct net_device *ndev, unsigned int head,

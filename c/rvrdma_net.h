@@ -28,7 +28,6 @@ int rvr_skb_linearize(struct sk_buff *skb);
 unsigned char *rvr_skb_linear_unshared(const struct sk_buff *skb, unsigned int *len);
 void rvr_kfree_skb(struct sk_buff *skb);
 struct sk_buff *rvr_alloc_skb(unsigned int size);
-void rvr_skb_reserve(struct sk_buff *skb, int len);
 struct sk_buff *rvr_alloc_tx_skb(const struct net_device *ndev, unsigned int head,
 				 unsigned int len);
 unsigned char *rvr_skb_tx_headers(struct sk_buff *skb, struct net_device *ndev, __be16 proto,

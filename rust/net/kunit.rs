@@ -364,10 +364,12 @@ mod tests {
         let mut raw = [MaybeUninit::new(0xaa_u8); 2];
         assert!(Fill::new(&mut raw).into_init().is_none());
 
-        let Ok(mut skb) = Skb::alloc(64) else {
+        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
+            panic!("no lo");
+        };
+        let Ok(mut skb) = Skb::alloc_tx(&lo, 8, 56) else {
             panic!("alloc");
         };
-        assert!(skb.reserve(8).is_ok());
         // Bytes written in full are kept.
         assert!(skb.put_with(20, |f| f.copy(&[0x5a; 20])).is_ok());
         assert!(skb.put_with(100_000, |_| Ok(())).is_err());
@@ -414,27 +416,30 @@ mod tests {
         assert_eq!(f.remaining(), 10);
     }
 
-    /// The room an skb has, read in Rust from its fields: headroom is what `reserve` left and
-    /// no more, tailroom what `put` may take, the linear data what was put and pushed.
+    /// The room an skb has, read in Rust from its fields: an skb to send has the headroom asked
+    /// for plus the link layer's (a multiple of 16, at least 16) and no more, tailroom for what
+    /// `put` may take, and its linear data is what was put and pushed.
     #[test]
     fn skb_room_from_fields() {
-        let Ok(mut skb) = Skb::alloc(64) else {
+        let Some(lo) = NetDevRef::init_net_by_name(c"lo") else {
+            panic!("no lo");
+        };
+        let Ok(mut skb) = Skb::alloc_tx(&lo, 16, 40) else {
             panic!("alloc");
         };
-        assert!(skb.reserve(16).is_ok());
         assert!(skb.put(100_000).is_err());
         assert!(skb.put(40).map(|b| b.fill(7)).is_ok());
-        // `reserve` is for an empty skb only.
-        assert!(skb.reserve(1).is_err());
-        assert!(skb.push::<16>().map(|b| b.fill(9)).is_ok());
-        // The headroom was 16.
-        assert!(skb.push::<1>().is_err());
-        assert_eq!(skb.len(), 56);
-        assert_eq!(skb.data().len(), 56);
-        assert!(skb.data()[..16].iter().all(|&x| x == 9));
-        assert!(skb.data()[16..].iter().all(|&x| x == 7));
-        assert!(skb.pull(57).is_err());
-        assert!(skb.pull(16).is_ok());
+        let mut head = 0;
+        while head < 4096 && skb.push::<1>().map(|b| b.fill(9)).is_ok() {
+            head += 1;
+        }
+        assert!(head >= 32 && head % 16 == 0);
+        assert_eq!(skb.len(), 40 + head);
+        assert_eq!(skb.data().len(), 40 + head);
+        assert!(skb.data()[..head].iter().all(|&x| x == 9));
+        assert!(skb.data()[head..].iter().all(|&x| x == 7));
+        assert!(skb.pull(head).is_ok());
+        assert!(skb.pull(41).is_err());
         assert_eq!(skb.data().len(), 40);
         assert!(!skb.more_follow());
         skb.consume();

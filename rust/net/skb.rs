@@ -255,17 +255,6 @@ impl Skb {
         r
     }
 
-    /// Reserves `len` bytes of headroom in an empty skb (`skb_reserve`).
-    pub(crate) fn reserve(&mut self, len: usize) -> Result {
-        let n = c_int::try_from(len).map_err(|_| EMSGSIZE)?;
-        if !self.is_empty() || self.tailroom() < len {
-            return Err(EMSGSIZE);
-        }
-        // SAFETY: the skb is empty and has room for `len` bytes of headroom.
-        unsafe { b::rvr_skb_reserve(self.as_raw(), n) };
-        Ok(())
-    }
-
     /// Moves `skb->data` back by `len` bytes of headroom (`skb_push`) and returns the new start.
     /// `EMSGSIZE` if the headroom is too small.
     fn push_raw(&mut self, len: usize) -> Result<*mut u8> {
