@@ -75,7 +75,7 @@ run() {
 	perf record -q -e cpu-clock -F "$hz" -a -g -o "$data" -- sleep 100000 >/dev/null 2>&1 &
 	pid=$!
 	sleep 1
-	r=$(PP_TIMEOUT=900 pf_run "$1" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${@:2}" 2>&1)
+	r=$(PF_SERVER_OUT=$out/server.$type PP_TIMEOUT=900 PP_LISTEN_WAIT=600 pf_run "$1" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${@:2}" 2>&1)
 	kill -INT "$pid"
 	wait "$pid"
 	topo_cleanup

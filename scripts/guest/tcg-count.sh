@@ -50,10 +50,16 @@ run() {
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null ||
 		{ echo "no GIDs on $d0/$d1" >&2; topo_cleanup; return 1; }
 	dump "before.$type.$iters" || return 1
-	r=$(PP_TIMEOUT=900 pf_run "$1" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${@:2}" -n "$iters" 2>&1)
+	r=$(PF_SERVER_OUT=$out/server.$type.$iters PP_TIMEOUT=900 PP_LISTEN_WAIT=600 pf_run "$1" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${@:2}" -n "$iters" 2>&1)
 	dump "after.$type.$iters" || return 1
 	topo_cleanup
-	grep -qE '^ *[0-9]+ +[0-9]+ ' <<<"$r" || { echo "# $type: the tool failed:"; tail -n 12 <<<"$r"; return 1; }
+	grep -qE '^ *[0-9]+ +[0-9]+ ' <<<"$r" || {
+		echo "# $type: the tool failed:"
+		tail -n 12 <<<"$r"
+		echo "# its server:"
+		tail -n 12 "$out/server.$type.$iters"
+		return 1
+	}
 	echo "# $type, $iters iterations: $(grep -E '^ *[0-9]+ +[0-9]+ ' <<<"$r" | head -1)"
 }
 

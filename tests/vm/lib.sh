@@ -475,8 +475,13 @@ ex_run() {
 		ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
 	fi
 	spid=$!
-	if ! wait_for 30 eval "ip netns exec $sns ss -ltn | grep -q ':$port '"; then
+	# PP_LISTEN_WAIT: seconds for the server to listen (it sets up its QPs first); a server that
+	# exits before it listens ends the wait.
+	if ! wait_for "${PP_LISTEN_WAIT:-30}" eval "ip netns exec $sns ss -ltn | grep -q ':$port ' || ! kill -0 $spid 2>/dev/null" ||
+		! kill -0 "$spid" 2>/dev/null; then
+		echo "the server exited or did not listen"
 		kill "$spid" 2>/dev/null
+		wait "$spid"
 		return 1
 	fi
 	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" "$gflag" "$gc" -p "$port" "$@" "${PP_CONNECT:-$saddr}" && rc=0
