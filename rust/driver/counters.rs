@@ -137,7 +137,8 @@ counters! {
     /// full (see `qp::rx_queue`).
     rx_queue_help_pkts,
     /// Times a receive queue was handled at high priority because packets still waited when
-    /// its deadline came, `URGENT_AFTER_MS` after it was armed (see `qp::rx_queue`).
+    /// its deadline came, `URGENT_AFTER_MS` after it was armed, and its work item had not run
+    /// since (see `qp::rx_queue`).
     rx_queue_urgent_runs,
     /// Longest wait of a QP's work item (timers, transmit budget) between being queued and
     /// running, in microseconds (see `qp::work_delay`).

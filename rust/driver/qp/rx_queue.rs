@@ -39,8 +39,10 @@
 //! or far longer, and the stream then stalls on the sender's CPU. Continued runs stay on the
 //! CPU the work went to. The softirq may still defer to `ksoftirqd`, so a second, delayed work
 //! item on the module's high-priority per-CPU queue is armed with it; if packets still wait
-//! `URGENT_AFTER_MS` later, it handles them all there: packets waiting longer than the peer's
-//! Local ACK Timeout would make it resend its window.
+//! `URGENT_AFTER_MS` later and the work item has not run since, it handles them all there:
+//! packets waiting longer than the peer's Local ACK Timeout would make it resend its window.
+//! If the work item has run, the queue is moving (what waits came since), and the deadline is
+//! armed again.
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::run_flag::RunFlag;
@@ -61,9 +63,10 @@ const STREAM: u32 = 4;
 const MAX_QUEUED: usize = 64;
 /// Packets a batch takes from the queue (see the module's docs).
 pub(super) const BATCH: usize = 16;
-/// How long packets may wait in the queue before they are handled at high priority: well below
-/// the shortest Local ACK Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long
-/// enough that the work item nearly always gets there first.
+/// How long the work item may go without a run while packets wait before they are handled at
+/// high priority (a work item that stopped is so taken over within twice this): well below the shortest Local ACK
+/// Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long enough that the work
+/// item nearly always gets there first.
 const URGENT_AFTER_MS: u32 = 5;
 /// Batches an urgent run handles at most (the queue holds `MAX_QUEUED` packets).
 const URGENT_ROUNDS: usize = MAX_QUEUED.div_ceil(BATCH) + 1;
@@ -100,6 +103,11 @@ pub(crate) struct RxQueue {
     kicked: RunFlag,
     /// The same for the urgent work item.
     armed: RunFlag,
+    /// Runs of the work item begun so far.
+    runs: AtomicU32,
+    /// `runs` when the urgent work item was last armed: if the work item has run since, the
+    /// queue is moving, and the deadline starts again instead of taking the packets over.
+    runs_at_arm: AtomicU32,
 }
 
 // A batch's holder must not be preempted by what waits for it: bottom halves off keep it on
@@ -143,6 +151,8 @@ impl RxQueue {
             closed: AtomicBool::new(false),
             kicked: RunFlag::new(),
             armed: RunFlag::new(),
+            runs: AtomicU32::new(0),
+            runs_at_arm: AtomicU32::new(0),
         })
     }
 }
@@ -152,6 +162,7 @@ impl WorkItem<4> for QpShared {
 
     fn run(this: Arc<QpShared>) {
         this.rx.kicked.begin();
+        this.rx.runs.fetch_add(1, Ordering::Relaxed);
         this.rx_work_queued
             .ran(&this.dev.counters.rx_queue_delay_max_us);
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
@@ -171,6 +182,17 @@ impl WorkItem<5> for QpShared {
     fn run(this: Arc<QpShared>) {
         this.rx.armed.begin();
         if !this.rx_waiting() {
+            return;
+        }
+        // The work item ran since the deadline was armed: the queue is moving, and the item is
+        // queued again for what waits (a run that leaves packets queues the next). Taking them
+        // here would only move the work to a worker thread on this CPU, usually the busy
+        // sender's. A closed queue's deadline is not armed again (QP destroy waits for this
+        // item twice, not for ever).
+        let runs = this.rx.runs.load(Ordering::Relaxed);
+        let ran = runs != this.rx.runs_at_arm.load(Ordering::Relaxed);
+        if ran && !this.rx.closed.load(Ordering::Relaxed) {
+            this.arm_rx_deadline();
             return;
         }
         Counters::inc(&this.dev.counters.rx_queue_urgent_runs);
@@ -282,7 +304,14 @@ impl QpShared {
                 let _ = workqueue::bh_queue().enqueue::<_, 4>(self.clone());
             }
         }
+        self.arm_rx_deadline();
+    }
+
+    /// Arms the urgent work item unless it is armed and has not begun its run.
+    fn arm_rx_deadline(self: &Arc<Self>) {
         if self.rx.armed.claim() {
+            let runs = self.rx.runs.load(Ordering::Relaxed);
+            self.rx.runs_at_arm.store(runs, Ordering::Relaxed);
             let _ = workqueue::cpu_queue()
                 .enqueue_delayed::<_, 5>(self.clone(), msecs_to_jiffies(URGENT_AFTER_MS));
         }
