@@ -41,8 +41,8 @@
 //! item on the module's high-priority per-CPU queue is armed with it; if packets still wait
 //! `URGENT_AFTER_MS` later and the work item has not run since, it handles them all there:
 //! packets waiting longer than the peer's Local ACK Timeout would make it resend its window.
-//! If the work item has run, the queue is moving (what waits came since), and the deadline is
-//! armed again.
+//! If the work item has run, the queue is moving (a run that leaves packets queues the next),
+//! and the deadline is armed again.
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::run_flag::RunFlag;
@@ -64,9 +64,9 @@ const MAX_QUEUED: usize = 64;
 /// Packets a batch takes from the queue (see the module's docs).
 pub(super) const BATCH: usize = 16;
 /// How long the work item may go without a run while packets wait before they are handled at
-/// high priority (a work item that stopped is so taken over within twice this): well below the shortest Local ACK
-/// Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long enough that the work
-/// item nearly always gets there first.
+/// high priority (a work item that stopped is so taken over within twice this): well below the
+/// shortest Local ACK Timeout in use (perftest's and rdma_cm's default, 14, is 67 ms), long
+/// enough that the work item nearly always gets there first.
 const URGENT_AFTER_MS: u32 = 5;
 /// Batches an urgent run handles at most (the queue holds `MAX_QUEUED` packets).
 const URGENT_ROUNDS: usize = MAX_QUEUED.div_ceil(BATCH) + 1;
