@@ -16,6 +16,10 @@
 # With both switches off on both devices, the same traffic is intact, nothing is queued and
 # nothing leaves in a burst.
 #
+# A send queue deeper than the requester's window (deep_sq.py): 400 Writes posted while the
+# responder is still in Init, 400 inline Sends, 400 Writes flushed in Error, each in order with
+# its bytes.
+#
 # Then smoke tests with stock ibv_rc_pingpong: they show completion only (its -c compares one
 # byte per page, always 0, and exits 0 on a mismatch), 4 KiB and 1 MiB, both MTUs, server on
 # either side, completion events, IPv6 GIDs.
@@ -39,7 +43,7 @@ switches() {
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((6 + 6 + 4 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -76,6 +80,10 @@ main() {
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops send_inv --sizes 1,mtu-1,mtu+1,65536
 	check "traffic.py catches injected faults (data, canary, byte_len, immediate, atomic result)" \
 		traffic_selftest data,canary,byte_len,imm,old "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --sizes 1,mtu
+	# A user send queue deeper than the core's window: WQEs wait in the ring for slots, and each
+	# still leaves in order with its own inline data (deep_sq.py).
+	run_points 3 "deep_sq.py ${DUT}0 -> ${DUT}1" timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) \
+		"$PY" "$RVRDMA_TESTS_DIR/deep_sq.py" "${DUT}0" "$GA" "${DUT}1" "$GB"
 
 	local s n
 	for mtu in "${mtus[@]}"; do

@@ -570,7 +570,10 @@ impl QpShared {
         let now_c = inner.core.counters();
         self.dev.counters.fold(&now_c, &mut inner.last_counters);
         inner.timers.rearm(self, now);
-        (sent >= WORK_BUDGET, need_route)
+        // WQEs left in the ring for want of send slots that the entry (an ACK) has since freed
+        // are taken by the work item: the pull above came before it.
+        let more = sent >= WORK_BUDGET || inner.user.sq_waits(&inner.core);
+        (more, need_route)
     }
 
     /// Handles one received packet in order: kept while earlier ones wait for on-demand-paging

@@ -5,6 +5,7 @@
 //! doorbell, a packet, the work item) and, while the peer may wait for credits or the QP must
 //! flush what user space posts in Error, polls them on a timer.
 
+use super::kernel_inline;
 use super::outputs::QpOut;
 use super::routes::QpPaths;
 use super::timers::{QpTimer, QpTimers};
@@ -15,7 +16,7 @@ use crate::rvcore::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::rvcore::qp::QpAttrs;
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::requester::{PostError, CREDIT_PROBE_MAX_NS};
-use crate::rvcore::wqe::{SendFlags, SgList, Sge};
+use crate::rvcore::wqe::{SendFlags, SgList};
 use crate::sync::clock::now_ns;
 use kernel::prelude::*;
 
@@ -40,11 +41,12 @@ pub(crate) struct UserRings {
     pub(crate) rq: Option<Ring>,
     /// Scratch for one ring element.
     elem: KVec<u8>,
-    /// Inline data of outstanding sends: `sq depth` slots of `max_inline` bytes, named by
-    /// [`crate::driver::mr_table::INLINE_LKEY`] SGEs.
+    /// Inline data of outstanding sends: one place of `max_inline` bytes per send slot of the
+    /// core, named by [`crate::driver::mr_table::INLINE_LKEY`] SGEs.
     pub(crate) inline: KVec<u8>,
-    /// Send WQEs taken from the ring so far (picks the inline slot).
-    sq_pulled: u64,
+    /// Whether the last pull left send WQEs in the ring because the core's send slots were
+    /// all taken.
+    sq_blocked: bool,
     /// Current ring poll period (0: not polling).
     poll_period: u64,
     /// Duplicate requests and RNR NAKs the responder counted at the last look.
@@ -56,8 +58,8 @@ pub(crate) struct UserRings {
 }
 
 impl UserRings {
-    /// The rings `sq` and `rq` (both `None` for a kernel QP), with room for `sq_slots` inline
-    /// sends of `max_inline` bytes.
+    /// The rings `sq` and `rq` (both `None` for a kernel QP), with room for the inline data of
+    /// `sq_slots` send slots of `max_inline` bytes.
     pub(crate) fn new(
         sq: Option<Ring>,
         rq: Option<Ring>,
@@ -75,7 +77,7 @@ impl UserRings {
             rq,
             elem: KVec::from_elem(0u8, elem_len, GFP_KERNEL)?,
             inline: KVec::from_elem(0u8, sq_slots as usize * max_inline, GFP_KERNEL)?,
-            sq_pulled: 0,
+            sq_blocked: false,
             poll_period: 0,
             asked: 0,
             credit_wanted_until: 0,
@@ -99,7 +101,7 @@ impl UserRings {
             rq,
             elem,
             inline,
-            sq_pulled,
+            sq_blocked,
             took,
             ..
         } = self;
@@ -119,7 +121,7 @@ impl UserRings {
                 sq,
                 elem,
                 inline,
-                pulled: sq_pulled,
+                blocked: sq_blocked,
             };
             *took = pull_send(&mut send, core, qp, paths, &mut out).unwrap_or(Taken::Nothing);
         }
@@ -130,6 +132,12 @@ impl UserRings {
     /// [`QpShared::flush_tx_rd_atomic`](super::QpShared::flush_tx_rd_atomic)).
     pub(crate) fn took(&self) -> Taken {
         self.took
+    }
+
+    /// Whether send WQEs wait in the ring for send slots the core has freed since the last
+    /// pull (an ACK retired WQEs after it): the QP must pull again.
+    pub(crate) fn sq_waits(&self, core: &CoreQp) -> bool {
+        self.sq_blocked && core.sq_logic().next_slot().is_some()
     }
 
     /// Publishes the receive ring's consumer index behind the WQEs the core still holds (their
@@ -214,7 +222,7 @@ struct SendPull<'a> {
     sq: &'a mut Ring,
     elem: &'a mut KVec<u8>,
     inline: &'a mut KVec<u8>,
-    pulled: &'a mut u64,
+    blocked: &'a mut bool,
 }
 
 /// What a pull of send WQEs took into the core.
@@ -231,8 +239,9 @@ pub(crate) enum Taken {
     Other,
 }
 
-/// Takes user send WQEs into the core while it has room, and says what it took. `Err` if the
-/// QP's state refuses sends (seed 004: the doorbell then fails and the WQEs stay in the ring).
+/// Takes user send WQEs into the core while it has send slots, and says what it took. `Err` if
+/// the QP's state refuses sends (seed 004: the doorbell then fails and the WQEs stay in the
+/// ring).
 fn pull_send(
     rings: &mut SendPull<'_>,
     core: &mut CoreQp,
@@ -243,11 +252,15 @@ fn pull_send(
     let mut taken = Taken::Nothing;
     let sq = &mut *rings.sq;
     let elem = &mut *rings.elem;
-    let pulled = &mut *rings.pulled;
     let inline_area = &mut rings.inline[..];
-    let cap = u64::from(sq.capacity());
     let datagram = matches!(qp.qp_type, IbQpType::Ud | IbQpType::Gsi);
-    while core.sq_logic().outstanding() < cap {
+    *rings.blocked = false;
+    loop {
+        // The core may hold fewer WQEs than the ring: the rest wait there for slots.
+        let Some(slot) = core.sq_logic().next_slot() else {
+            *rings.blocked = sq.count() > 0;
+            break;
+        };
         let Some(e) = elem.get_mut(..sq.elem_size()) else {
             break;
         };
@@ -268,7 +281,6 @@ fn pull_send(
                         }
                         _ => {
                             bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out);
-                            *pulled = pulled.wrapping_add(1);
                             sq.advance_consumer();
                             continue;
                         }
@@ -278,15 +290,20 @@ fn pull_send(
                     us.wr.flags.0 |= SendFlags::SIGNALED;
                 }
                 if let Some(len) = us.inline_len {
-                    let slot = (*pulled % cap) as usize * qp.max_inline;
                     let src = e.get(user_wqe::SEND_WQE_HEADER..user_wqe::SEND_WQE_HEADER + len);
-                    if let (Some(dst), Some(src)) = (inline_area.get_mut(slot..slot + len), src) {
-                        dst.copy_from_slice(src);
-                    }
-                    let sge = Sge {
-                        addr: slot as u64,
-                        length: len as u32,
-                        lkey: crate::driver::mr_table::INLINE_LKEY,
+                    let copy = |dst: &mut [u8]| match (dst.get_mut(..len), src) {
+                        (Some(dst), Some(src)) => {
+                            dst.copy_from_slice(src);
+                            Ok(Some(len))
+                        }
+                        _ => Err(EINVAL),
+                    };
+                    // The parse bounds the length by the element and `max_inline`.
+                    let sge = kernel_inline::stage(Some(slot), inline_area, qp.max_inline, copy);
+                    let Ok(Some(sge)) = sge else {
+                        bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out);
+                        sq.advance_consumer();
+                        continue;
                     };
                     us.wr.sg = SgList::from_slice(&[sge]).unwrap_or(SgList::EMPTY);
                 }
@@ -303,7 +320,10 @@ fn pull_send(
                         };
                     }
                     Err(PostError::InvalidState) => return Err(EINVAL),
-                    Err(PostError::QueueFull) => break,
+                    Err(PostError::QueueFull) => {
+                        *rings.blocked = true;
+                        break;
+                    }
                     Err(PostError::InvalidWr) => {
                         bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out)
                     }
@@ -313,7 +333,6 @@ fn pull_send(
                 bad_wqe(core, wr_id, CqKind::Send, WcOpcode::Send, out)
             }
         }
-        *pulled = pulled.wrapping_add(1);
         sq.advance_consumer();
     }
     Ok(taken)

@@ -32,10 +32,15 @@ use crate::ib::{
 use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
-use crate::rvcore::requester::PostError;
+use crate::rvcore::requester::{PostError, MAX_UNACKED_PSNS};
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, SgList, Sge, UdDest, WrExtra};
 use core::sync::atomic::{AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
+
+/// Send WQEs a user QP's core holds at most. The requester keeps at most [`MAX_UNACKED_PSNS`]
+/// packets unacknowledged and each WQE that goes on the wire takes at least one, so WQEs beyond
+/// these would only wait in the core instead of the ring.
+const USER_SQ_WINDOW: u32 = MAX_UNACKED_PSNS;
 
 impl QpShared {
     /// Posts kernel work requests with `post` under the QP lock (any context), then schedules
@@ -218,6 +223,14 @@ impl QpVerbs for RvrDevice {
             None => (None, None, None),
         };
         let sq_slots = sq_ring.as_ref().map_or(sq_depth, |r| r.capacity());
+        // The send WQEs the core holds. A kernel caller posts into the core itself, so it
+        // holds them all; a user QP's beyond `USER_SQ_WINDOW` wait in the ring, which saves
+        // their slots, SGEs and inline data.
+        let core_sq = if sq_ring.is_some() {
+            sq_slots.min(USER_SQ_WINDOW)
+        } else {
+            sq_slots
+        };
         // An SRQ QP holds at most the WQE of the message in progress, of any length the SRQ
         // takes.
         let (rq_slots, rq_sge_room) = match (&srq, rq_ring.as_ref()) {
@@ -227,7 +240,7 @@ impl QpVerbs for RvrDevice {
         };
         // Only a datagram's WR names its destination.
         let sq_dests = if qp_type.is_datagram() {
-            sq_slots as usize
+            core_sq as usize
         } else {
             0
         };
@@ -248,8 +261,8 @@ impl QpVerbs for RvrDevice {
                     srq: srq.is_some(),
                 },
                 (
-                    Slots::new(SendSlot::default(), sq_slots as usize)?,
-                    Slots::new(Sge::default(), sq_slots as usize * max_send_sge)?,
+                    Slots::new(SendSlot::default(), core_sq as usize)?,
+                    Slots::new(Sge::default(), core_sq as usize * max_send_sge)?,
                     Slots::new(UdDest::EMPTY, sq_dests)?,
                 ),
                 (
@@ -260,7 +273,7 @@ impl QpVerbs for RvrDevice {
             .ok_or(EINVAL)?;
             let inner = QpInner {
                 core,
-                user: UserRings::new(sq_ring, rq_ring, sq_slots, max_inline)?,
+                user: UserRings::new(sq_ring, rq_ring, core_sq, max_inline)?,
                 timers: QpTimers::default(),
                 pending: Pending::default(),
                 paths: QpPaths::default(),
