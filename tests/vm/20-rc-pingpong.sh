@@ -17,8 +17,8 @@
 # nothing leaves in a burst.
 #
 # A send queue deeper than the requester's window (deep_sq.py): 400 Writes posted while the
-# responder is still in Init, 400 inline Sends, 400 Writes flushed in Error, each in order with
-# its bytes.
+# responder's ACKs are lost, then all of the window acknowledged by one ACK; 400 inline Sends;
+# 400 Writes flushed in Error; each in order with its bytes.
 #
 # Then smoke tests with stock ibv_rc_pingpong: they show completion only (its -c compares one
 # byte per page, always 0, and exits 0 on a mismatch), 4 KiB and 1 MiB, both MTUs, server on
@@ -83,7 +83,7 @@ main() {
 	# A user send queue deeper than the core's window: WQEs wait in the ring for slots, and each
 	# still leaves in order with its own inline data (deep_sq.py).
 	run_points 3 "deep_sq.py ${DUT}0 -> ${DUT}1" timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) \
-		"$PY" "$RVRDMA_TESTS_DIR/deep_sq.py" "${DUT}0" "$GA" "${DUT}1" "$GB"
+		"$PY" "$RVRDMA_TESTS_DIR/deep_sq.py" "${DUT}0" "$GA" "${DUT}1" "$GB" "$NS_B" veth1
 
 	local s n
 	for mtu in "${mtus[@]}"; do

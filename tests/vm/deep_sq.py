@@ -4,9 +4,12 @@ WRs than rvrdma's core takes from a user QP's send ring at once (128), so most o
 the ring until ACKs free the core's slots, and every one must still leave, in order, with its
 own inline data.
 
-1. RDMA Writes: A posts DEPTH Writes while B's QP is still in Init (IBA 10.2.3 / seed 004: a QP
-   in Init drops what it receives), so none is acknowledged and the ring fills behind the
-   core's window; then B goes to RTR and RTS. Every Write completes, in posting order, and B's
+1. RDMA Writes: A posts DEPTH Writes while tc netem drops everything B sends, so none is
+   acknowledged and the ring fills behind the core's window. Then the link is clean again: the
+   one ACK B sends for A's resent Write frees the whole window at once, and nothing else comes
+   to make A look at its ring (IBA 9.7.5.1.2, C9-105: a responder answers a duplicate
+   request with an ACK of the last request it executed). Every Write completes, in posting
+   order, the ones behind the window at once rather than when a timer next fires, and B's
    memory holds each one's bytes: small ones inline (their data copied when they were taken
    from the ring, one place per core slot, which later WRs reuse), larger ones from A's MR.
 2. Inline Sends: DEPTH Sends of distinct bytes into as many receives; B receives them in order,
@@ -15,9 +18,11 @@ own inline data.
    WR_FLUSH_ERR, in order.
 
 Prints one "ok DESC" / "not ok DESC: WHY" line per part (see run_points in lib.sh).
-usage: deep_sq.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B"""
+usage: deep_sq.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B NETNS_B NETDEV_B
+(NETDEV_B in network namespace NETNS_B is DEV_B's: the netem qdisc goes there)"""
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -35,16 +40,25 @@ SEND_SGE = 4
 INLINE_MAX = 64
 SLOT = 256  # bytes of memory per WR, on both sides
 MR_SIZE = DEPTH * SLOT
+# The send WQEs rvrdma's core takes from a user QP's ring at most.
+WINDOW = 128
+# Local ACK Timeout of A's QP: 17 s (4.096 us * 2^22), far longer than the Writes take, so a
+# ring left unread until a timer fires shows.
+ACK_TIMEOUT_EXP = max(22, ACK_TIMEOUT)
+ACK_TIMEOUT_S = 4.096e-6 * 2 ** ACK_TIMEOUT_EXP
 
 
-def completions(qp, n, secs):
-    """The next `n` completions of `qp`'s CQ (fewer if `secs` pass first)."""
+def completions(qp, n, secs, times=None):
+    """The next `n` completions of `qp`'s CQ (fewer if `secs` pass first); `times`, a list,
+    gets the time each was polled."""
     got = []
-    end = time.time() + secs
-    while len(got) < n and time.time() < end:
+    end = time.monotonic() + secs
+    while len(got) < n and time.monotonic() < end:
         k, wcs = qp.cq.poll(num_entries=min(64, n - len(got)))
         if k:
             got.extend(wcs[:k])
+            if times is not None:
+                times.extend([time.monotonic()] * k)
         else:
             time.sleep(0.001)
     return got
@@ -62,36 +76,53 @@ def in_order(wcs, n, status, what):
     return None
 
 
-def writes(a, b, qa, qb, rng):
+def tc(ns, dev, *args):
+    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc"] + list(args[:1]) +
+                   ["dev", dev, "root"] + list(args[1:]), check=True)
+
+
+def writes(a, b, qa, qb, rng, ns_b, dev_b):
     data = [bytes(rng.getrandbits(8) for _ in range(rng.choice((1, 8, INLINE_MAX, 200, SLOT))))
             for _ in range(DEPTH)]
     a.mr.write(b"".join(d.ljust(SLOT, b"\0") for d in data), MR_SIZE, 0)
     b.mr.write(b"\xee" * MR_SIZE, MR_SIZE, 0)
+    qb.connect(qa)
     qa.to_init()
-    qb.to_init()
     qa.to_rtr(qb)
-    # A Local ACK Timeout of 1 s (4.096 us * 2^18), so the Writes dropped while B was in Init
-    # are sent again after B is ready, with all retries left.
-    qa.to_rts(timeout=max(18, ACK_TIMEOUT))
-    for i, d in enumerate(data):
-        flags = e.IBV_SEND_SIGNALED | (e.IBV_SEND_INLINE if len(d) <= INLINE_MAX else 0)
-        wr = SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                    sg=[SGE(a.mr.buf + i * SLOT, len(d), a.mr.lkey)], send_flags=flags)
-        wr.set_wr_rdma(b.mr.rkey, b.mr.buf + i * SLOT)
-        qa.qp.post_send(wr)
-        if flags & e.IBV_SEND_INLINE:
-            # Inline data is the caller's to reuse once the post returns.
-            a.mr.write(b"\x55" * len(d), len(d), i * SLOT)
-    # Nothing was acknowledged: B's QP is in Init.
-    early = completions(qa, 1, 0.05)
+    qa.to_rts(timeout=ACK_TIMEOUT_EXP)
+    # B executes the Writes but its ACKs are lost, so A's window fills and the rest of the WRs
+    # wait in the ring. Once the link is clean, A resends the oldest Write, and B answers the
+    # duplicate with one ACK for every Write it has executed: it frees the whole window at once,
+    # with no other packet or post to come, and A must still take the rest from the ring.
+    tc(ns_b, dev_b, "add", "netem", "loss", "100%")
+    try:
+        for i, d in enumerate(data):
+            flags = e.IBV_SEND_SIGNALED | (e.IBV_SEND_INLINE if len(d) <= INLINE_MAX else 0)
+            wr = SendWR(wr_id=i, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                        sg=[SGE(a.mr.buf + i * SLOT, len(d), a.mr.lkey)], send_flags=flags)
+            wr.set_wr_rdma(b.mr.rkey, b.mr.buf + i * SLOT)
+            qa.qp.post_send(wr)
+            if flags & e.IBV_SEND_INLINE:
+                # Inline data is the caller's to reuse once the post returns.
+                a.mr.write(b"\x55" * len(d), len(d), i * SLOT)
+        early = completions(qa, 1, 0.2)
+    finally:
+        tc(ns_b, dev_b, "del")
     if early:
-        return "a Write completed while the responder was in Init (wr_id %d, %s)" % (
+        return "a Write completed while B's ACKs were dropped (wr_id %d, %s)" % (
             early[0].wr_id, status_name(early[0].status))
-    qb.to_rtr(qa)
-    qb.to_rts()
-    why = in_order(completions(qa, DEPTH, 60.0), DEPTH, e.IBV_WC_SUCCESS, "Writes")
+    times = []
+    why = in_order(completions(qa, DEPTH, 3 * ACK_TIMEOUT_S, times), DEPTH, e.IBV_WC_SUCCESS,
+                   "Writes")
     if why:
         return why
+    # The window's Writes complete on that ACK; the rest must follow at once, not when a timer
+    # next makes A look at its ring.
+    late = times[-1] - times[WINDOW - 1]
+    print("# the %d Writes after the window completed %.2f s after it" % (DEPTH - WINDOW, late))
+    if late > ACK_TIMEOUT_S / 2:
+        return "the %d Writes after the window took %.1f s more (the Local ACK Timeout is %.1f s)" % (
+            DEPTH - WINDOW, late, ACK_TIMEOUT_S)
     got = b.mr.read(MR_SIZE, 0)
     for i, d in enumerate(data):
         at = got[i * SLOT:i * SLOT + SLOT]
@@ -143,16 +174,16 @@ def flush(a, b, qa):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) != 7:
         sys.exit(__doc__)
     a = Dev(sys.argv[1], int(sys.argv[2]), mr_size=MR_SIZE)
     b = Dev(sys.argv[3], int(sys.argv[4]), mr_size=MR_SIZE)
     rng = random.Random(int.from_bytes(os.urandom(4), "little"))
     qa = Qp(a, cqe=DEPTH, depth=DEPTH, send_sge=SEND_SGE)
     qb = Qp(b, cqe=DEPTH, depth=DEPTH)
-    why = writes(a, b, qa, qb, rng)
-    point(why is None, "%d RDMA Writes posted past the window, before the responder was ready, "
-          "complete in order with their bytes (inline ones too)" % DEPTH, why)
+    why = writes(a, b, qa, qb, rng, sys.argv[5], sys.argv[6])
+    point(why is None, "%d RDMA Writes posted past the window while the responder's ACKs were "
+          "lost complete in order with their bytes (inline ones too)" % DEPTH, why)
     why = sends(a, b, qa, qb, rng)
     point(why is None, "%d inline Sends posted at once arrive in order, each with its own bytes"
           % DEPTH, why)
