@@ -194,12 +194,15 @@ median() {
 }
 
 # -k ROUNDS: each line ROUNDS times, the drivers alternating, and the median in the table (a
-# single run of a 4 KiB line can land far from the next one in the same boot).
+# single run of a 4 KiB line can land far from the next one in the same boot). Each round starts
+# with the next driver: the first run of a line after another line measures lower (about 15% in
+# an A/A test, docs/experiments.md), and a fixed order would charge that to one driver.
 t0=$SECONDS
 for l in "${lines[@]}"; do
 	name=${l%%|*}
 	for ((k = 0; k < rounds; k++)); do
-		for t in "${sets[@]}"; do
+		for ((i = 0; i < ${#sets[@]}; i++)); do
+			t=${sets[(i + k) % ${#sets[@]}]}
 			retries[$t,$name]=0
 			if [ "$t" = rxe ]; then run_line rxe rxe0 rxe1 "$l"; else run_line "$t" rvr0 rvr1 "$l"; fi
 			runs[$t,$name]+="${res[$t,$name]} "

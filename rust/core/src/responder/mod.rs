@@ -33,8 +33,10 @@ pub use resources::MAX_RESOURCES;
 use resources::{AckItem, Resource, FREE_RES};
 
 /// The responder acknowledges at least every this many request packets (besides AckReq and
-/// message ends).
-pub const ACK_COALESCE: u32 = 8;
+/// message ends). An ACK costs both ends a pass through the QP (and often a hand-off of the
+/// response stream to another CPU); a requester keeps up to 128 packets unacknowledged, so
+/// one ACK every 16 still frees its window in eighths.
+pub const ACK_COALESCE: u32 = 16;
 
 /// Static parameters of the RQ Logic (from Create/Modify QP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

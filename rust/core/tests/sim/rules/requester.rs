@@ -8,6 +8,7 @@ use rvrdma_core::psn::Psn;
 use rvrdma_core::qp_state::QpState;
 use rvrdma_core::requester::local_ack_timeout_ns;
 use rvrdma_core::requester::PostError;
+use rvrdma_core::responder::ACK_COALESCE;
 use rvrdma_core::wire::{Aeth, Headers, NakCode, Opcode};
 use rvrdma_core::wqe::{RecvWr, SendOpcode, SendWr, SgList, Sge};
 
@@ -241,8 +242,10 @@ fn requester_psn_24_bit_wrap() {
 #[test]
 fn responder_acks_at_message_end_and_every_n_packets() {
     let mut d = Duo::responder(0);
-    // A 20-packet RDMA Write without AckReq except the last: ACKs at 8, 16 and the end.
-    let n = 20u32;
+    // An RDMA Write of two coalescing counts and four packets, without AckReq except on the
+    // last: an ACK after each count, and one at the end.
+    let every = ACK_COALESCE;
+    let n = 2 * every + 4;
     for k in 0..n {
         let op = match k {
             0 => Opcode::RcRdmaWriteFirst,
@@ -257,8 +260,11 @@ fn responder_acks_at_message_end_and_every_n_packets() {
         d.deliver(1, &h, &[0u8; MTU as usize], 1);
     }
     let acks = d.take(1);
-    assert_eq!(acks.len(), 3);
-    assert_eq!(acks[2].0.bth.psn, Psn::new(PSN_A + n - 1));
+    let psns: Vec<Psn> = acks.iter().map(|a| a.0.bth.psn).collect();
+    assert_eq!(
+        psns,
+        [PSN_A + every - 1, PSN_A + 2 * every - 1, PSN_A + n - 1].map(Psn::new)
+    );
 }
 
 // ---- RDMA Read retries --------------------------------------------------------------------------
