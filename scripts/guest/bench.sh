@@ -5,17 +5,19 @@
 # (completer_retry_err, which both drivers count; on a clean veth it must stay 0). Then the scale
 # line (1,024 QPs at once against one), the memory one QP costs, and the guest's memcpy
 # bandwidth / 2 (a software RoCE device copies every byte at least twice: the limit it can
-# reach).
+# reach). -b KO adds a column for a second build of rvrdma.ko, loaded in its turn: a same-boot
+# A/B of two builds.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/vm/lib.sh
 . "$here/../../tests/vm/lib.sh"
 trap - EXIT
 
-size=65536 bw_iters=2000 lat_iters=20000 rps=0 only= ab=0 rounds=1 switch=rx_spread
-while getopts s:n:rl:ak:w: o; do
+size=65536 bw_iters=2000 lat_iters=20000 rps=0 only= ab=0 rounds=1 switch=rx_spread ko_b=
+while getopts s:n:rl:ak:w:b: o; do
 	case $o in
 	a) ab=1 ;;
+	b) ko_b=$OPTARG ;;
 	k) rounds=$OPTARG ;;
 	w) switch=$OPTARG ;;
 	l) only=$OPTARG ;;
@@ -27,6 +29,8 @@ while getopts s:n:rl:ak:w: o; do
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "-k takes a count of rounds (1 or more)" >&2; exit 2; }
 [[ $switch =~ ^(rx_spread|tx_burst)$ ]] || { echo "-w takes rx_spread or tx_burst" >&2; exit 2; }
+[ -z "$ko_b" ] || [ "$ab" = 0 ] || { echo "-a and -b each add a column: give one of them" >&2; exit 2; }
+[ -z "$ko_b" ] || [ -f "$ko_b" ] || { echo "-b $ko_b: no such file" >&2; exit 2; }
 # Each line: a name, the tool and its arguments (ITERS: the iteration count of its kind).
 lines=(
 	"send_bw|ib_send_bw -s $size"
@@ -57,11 +61,22 @@ if [ -n "$only" ]; then
 fi
 declare -A res retries mem runs tries
 
+# load_build KO: rvrdma.ko from KO loaded, in place of another build; loaded_ko says which.
+loaded_ko=$RVRDMA_KO
+load_build() {
+	[ "$loaded_ko" = "$1" ] && [ -d /sys/module/rvrdma ] && return 0
+	dut_unload && insmod "$1" && loaded_ko=$1
+}
+
 # set_up SET DEV0 DEV1: DEV0 on veth0 (client, rvA) and DEV1 on veth1 (server, rvB). SET is the
-# driver (rvrdma, rxe), or rvrdma-solo: rvrdma with the -w switch off.
+# driver (rvrdma, rxe), rvrdma-solo (rvrdma with the -w switch off) or rvrdma-b (the -b build).
 set_up() {
 	local type=${1%-solo} d0=$2 d1=$3
+	type=${type%-b}
 	topo_setup 1 >/dev/null
+	if [ "$type" = rvrdma ]; then
+		if [ "$1" = rvrdma-b ]; then load_build "$ko_b"; else load_build "$RVRDMA_KO"; fi || return 1
+	fi
 	if ! { link_add "$d0" veth0 "$type" && link_add "$d1" veth1 "$type"; }; then
 		echo "link add: $LINK_OUT" >&2
 		return 1
@@ -108,7 +123,7 @@ run_line() {
 	retries[$type,$name]=$((r1 - r0))
 	echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
 		"backlog drops $((k1 - k0))" >&2
-	if [ "${type%-solo}" = rvrdma ]; then
+	if [[ $type == rvrdma* ]]; then
 		for dev in "$d0" "$d1"; do
 			echo "#   $dev: $(rdma statistic show link "$dev/1" | tr ' ' '\n' | paste - - |
 				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|tx_cpu|tx_burst)' |
@@ -185,6 +200,7 @@ qp_memory rxe rxe0 rxe1
 # -w switch off too, as an A/B column.
 sets=(rvrdma rxe)
 [ "$ab" = 1 ] && sets=(rvrdma-solo rvrdma rxe)
+[ -n "$ko_b" ] && sets=(rvrdma rvrdma-b rxe)
 # median VALUE...: the middle one of the VALUEs (the lower of the two middle ones for an even
 # count); "fail" if any of them is not a figure.
 median() {
@@ -230,6 +246,7 @@ ratio() {
 
 printf '\n%-18s %-6s %12s %12s %8s %10s' test unit rvrdma rxe ratio retries
 [ "$ab" = 1 ] && printf ' %12s %8s %8s' "$switch=0" ratio "on/off"
+[ -n "$ko_b" ] && printf ' %12s %8s %8s' "build B" ratio "B/A"
 echo
 for l in "${lines[@]}"; do
 	name=${l%%|*} spec=${l#*|}
@@ -242,6 +259,10 @@ for l in "${lines[@]}"; do
 	if [ "$ab" = 1 ]; then
 		s=${res[rvrdma-solo,$name]}
 		printf ' %12s %8s %8s' "$s" "$(ratio "$s" "$b" "$unit")" "$(ratio "$a" "$s" "$unit")"
+	fi
+	if [ -n "$ko_b" ]; then
+		s=${res[rvrdma-b,$name]}
+		printf ' %12s %8s %8s' "$s" "$(ratio "$s" "$b" "$unit")" "$(ratio "$s" "$a" "$unit")"
 	fi
 	echo
 done

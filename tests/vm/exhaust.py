@@ -74,7 +74,8 @@ def main():
     cq = CQ(ctx, 4)
     mine = {"pd": 1, "cq": 1, "qp": 0, "mr": 0, "srq": 0}
 
-    def kind(name, limit, make, held_key=None):
+    def kind(name, limit, make, held_key=None, while_full=None):
+        """Fills one kind to its limit; `while_full` runs while every object is still held."""
         # What the device holds already (the kernel's objects and ours above) leaves the rest.
         now = held(dev)
         pre = now[held_key] if held_key else 0
@@ -87,13 +88,28 @@ def main():
         want = limit - pre
         objs, err = fill(make, want + 16)
         n = len(objs)
+        if while_full:
+            while_full(err)
         close_all(objs)
         ok = n == want and err == errno.ENOMEM
         why = "%d created (the limit %d less %d held), then %s" % (
             n, limit, pre, "errno %d" % err if err is not None else "no failure")
         point(ok, "%s: exactly max_%s = %d, then ENOMEM" % (name, name, limit), why)
 
-    kind("pd", a.max_pd, lambda: PD(ctx), "pd")
+    def other_pd(err):
+        # The limits are per device: with every PD of this one taken, another still has its own.
+        try:
+            octx = Context(name=other)
+            PD(octx).close()
+            octx.close()
+            why = None
+        except PyverbsRDMAError as ex:
+            why = "a PD on %s failed with errno %d" % (other, ex.error_code)
+        point(why is None and err == errno.ENOMEM,
+              "with every PD of %s taken, %s still allocates one" % (dev, other),
+              why or "filling %s's PDs ended with %s" % (dev, err))
+
+    kind("pd", a.max_pd, lambda: PD(ctx), "pd", other_pd if other else None)
     kind("cq", a.max_cq, lambda: CQ(ctx, 1), "cq")
     kind("mr", a.max_mr, lambda: MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE), "mr")
     kind("srq", a.max_srq, lambda: SRQ(pd, SrqInitAttr(SrqAttr(max_wr=1, max_sge=1))), "srq")
@@ -103,19 +119,6 @@ def main():
     cap = QPCap(max_send_wr=1, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
     kind("qp", a.max_qp,
          lambda: QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)), "qp")
-
-    if other:
-        pds, err = fill(lambda: PD(ctx), a.max_pd + 16)
-        try:
-            octx = Context(name=other)
-            PD(octx).close()
-            why = None
-        except PyverbsRDMAError as ex:
-            why = "a PD on %s failed with errno %d" % (other, ex.error_code)
-        close_all(pds)
-        point(why is None and err == errno.ENOMEM,
-              "with every PD of %s taken, %s still allocates one" % (dev, other),
-              why or "filling %s's PDs ended with %s" % (dev, err))
 
     cq.close()
     pd.close()
