@@ -4,6 +4,8 @@
  * rust/net/ calls. Driver logic stays in Rust.
  */
 #include "rvrdma_net.h"
+#include <linux/crc32.h>
+#include <linux/highmem.h>
 #include <net/sch_generic.h>
 
 void rvr_skb_reset_network_header(struct sk_buff *skb)
@@ -235,6 +237,69 @@ void rvr_skb_pass_owner(struct sk_buff *head, struct sk_buff *skb)
 	}
 	refcount_add(skb->truesize, &head->sk->sk_wmem_alloc);
 	skb_orphan(skb);
+}
+
+/* Appends @len bytes of @page from @off as the skb's next fragment, taking a page reference
+ * that the skb drops when it is freed. The bytes stay the page owner's, who may write them
+ * while the skb lives: SKBFL_SHARED_FRAG makes anyone who would change them in place copy
+ * first. -EMSGSIZE when every fragment slot is taken. */
+int rvr_skb_add_page_frag(struct sk_buff *skb, struct page *page, unsigned int off,
+			  unsigned int len)
+{
+	struct skb_shared_info *sh = skb_shinfo(skb);
+
+	if (sh->nr_frags >= MAX_SKB_FRAGS)
+		return -EMSGSIZE;
+	get_page(page);
+	skb_fill_page_desc_noacc(skb, sh->nr_frags, page, off, len);
+	sh->flags |= SKBFL_SHARED_FRAG;
+	skb->len += len;
+	skb->data_len += len;
+	skb->truesize += len;
+	return 0;
+}
+
+/* Appends @len fresh bytes (at most a cache line) as the skb's last fragment, from the
+ * per-CPU page fragment cache (any context), and returns them for the caller to write; NULL
+ * when no slot or memory is left. */
+void *rvr_skb_add_trailer_frag(struct sk_buff *skb, unsigned int len)
+{
+	struct skb_shared_info *sh = skb_shinfo(skb);
+	void *p;
+
+	if (sh->nr_frags >= MAX_SKB_FRAGS || len > SMP_CACHE_BYTES)
+		return NULL;
+	/* A cache-aligned piece never crosses a page: one page descriptor holds it. */
+	p = netdev_alloc_frag_align(SMP_CACHE_BYTES, SMP_CACHE_BYTES);
+	if (!p)
+		return NULL;
+	skb_fill_page_desc_noacc(skb, sh->nr_frags, virt_to_page(p), offset_in_page(p), len);
+	skb->len += len;
+	skb->data_len += len;
+	skb->truesize += SMP_CACHE_BYTES;
+	return p;
+}
+
+/* crc32_le continued from @crc over the bytes of the skb's first @nfrags fragments. */
+u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, unsigned int nfrags)
+{
+	const struct skb_shared_info *sh = skb_shinfo(skb);
+	unsigned int i;
+
+	for (i = 0; i < nfrags && i < sh->nr_frags; i++) {
+		const skb_frag_t *f = &sh->frags[i];
+		struct page *p;
+		u32 p_off, p_len, copied;
+
+		skb_frag_foreach_page(f, skb_frag_off(f), skb_frag_size(f), p, p_off, p_len,
+				      copied) {
+			u8 *va = kmap_local_page(p);
+
+			crc = crc32_le(crc, va + p_off, p_len);
+			kunmap_local(va);
+		}
+	}
+	return crc;
 }
 
 /* The bookkeeping of skb_gro_receive_list: @nskb's bytes and memory count in @head's. */

@@ -36,6 +36,12 @@ void rvr_skb_detach(struct sk_buff *skb);
 struct dst_entry *rvr_skb_dst(const struct sk_buff *skb);
 bool rvr_skb_out_unqueued(const struct sk_buff *skb);
 
+/* Paged payload: fragments that hold a page reference each, released when the skb is freed */
+int rvr_skb_add_page_frag(struct sk_buff *skb, struct page *page, unsigned int off,
+			  unsigned int len);
+void *rvr_skb_add_trailer_frag(struct sk_buff *skb, unsigned int len);
+u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, unsigned int nfrags);
+
 /* UDP GSO with a fragment list (SKB_GSO_FRAGLIST): each segment a complete packet of its own */
 void rvr_skb_pass_owner(struct sk_buff *head, struct sk_buff *skb);
 void rvr_skb_frag_list_append(struct sk_buff *head, struct sk_buff *tail, struct sk_buff *nskb);

@@ -63,11 +63,13 @@ static ssize_t rvr_switch_store(struct device *device, unsigned int sw, const ch
 RVR_SWITCH_ATTR(apm_bonding, RVR_SWITCH_APM_BONDING);
 RVR_SWITCH_ATTR(rx_spread, RVR_SWITCH_RX_SPREAD);
 RVR_SWITCH_ATTR(tx_burst, RVR_SWITCH_TX_BURST);
+RVR_SWITCH_ATTR(tx_paged, RVR_SWITCH_TX_PAGED);
 
 static struct attribute *rvr_dev_attrs[] = {
 	&dev_attr_apm_bonding.attr,
 	&dev_attr_rx_spread.attr,
 	&dev_attr_tx_burst.attr,
+	&dev_attr_tx_paged.attr,
 	NULL,
 };
 

@@ -13,6 +13,7 @@
 #define RVR_SWITCH_APM_BONDING 0
 #define RVR_SWITCH_RX_SPREAD 1
 #define RVR_SWITCH_TX_BURST 2
+#define RVR_SWITCH_TX_PAGED 3
 
 /* Reads switch `sw` of `ibdev`: 0 or 1, or a negative errno. */
 typedef int (*rvr_switch_get_t)(struct ib_device *ibdev, unsigned int sw);

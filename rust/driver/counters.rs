@@ -127,6 +127,9 @@ counters! {
     /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
     /// `net::tx::Burst`).
     tx_burst_pkts,
+    /// Packets whose payload left by reference to the user's pages, not copied (`tx_paged`,
+    /// see `net::paged`).
+    tx_paged_pkts,
     /// Received packets a stream put in their QP's receive queue, for another CPU
     /// (`rx_spread`, see `qp::rx_queue`).
     rx_queued_pkts,

@@ -61,6 +61,9 @@ pub struct DevShared {
     /// The `tx_burst` switch: consecutive packets of an RC or UC QP leave as one UDP GSO packet
     /// ([`crate::net::tx::Burst`]).
     tx_burst: AtomicBool,
+    /// The `tx_paged` switch: a payload in pinned user memory leaves by reference to its pages
+    /// ([`crate::net::paged`]).
+    tx_paged: AtomicBool,
     /// Packets in the receive queues of all the device's QPs, against [`MAX_RX_QUEUED`].
     pub(crate) rx_queued: AtomicUsize,
 }
@@ -138,6 +141,7 @@ impl DevShared {
                 apm_bonding: AtomicBool::new(false),
                 rx_spread: AtomicBool::new(true),
                 tx_burst: AtomicBool::new(true),
+                tx_paged: AtomicBool::new(true),
                 rx_queued: AtomicUsize::new(0),
             }),
             GFP_KERNEL,
@@ -296,6 +300,16 @@ impl DevShared {
     /// Turns the `tx_burst` switch on or off (packets queued meanwhile leave either way).
     pub fn set_tx_burst(&self, on: bool) {
         self.tx_burst.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the `tx_paged` switch is on.
+    pub fn tx_paged(&self) -> bool {
+        self.tx_paged.load(Ordering::Relaxed)
+    }
+
+    /// Turns the `tx_paged` switch on or off (for the packets built from then on).
+    pub fn set_tx_paged(&self, on: bool) {
+        self.tx_paged.store(on, Ordering::Relaxed);
     }
 
     /// What the bonding policy needs to know of the ports: which of the two are ACTIVE, or

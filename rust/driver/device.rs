@@ -262,6 +262,7 @@ impl IbDriver for RvrDevice {
             Switch::ApmBonding => dev.data().shared.apm_bonding(),
             Switch::RxSpread => dev.data().shared.rx_spread(),
             Switch::TxBurst => dev.data().shared.tx_burst(),
+            Switch::TxPaged => dev.data().shared.tx_paged(),
         }
     }
 
@@ -274,6 +275,10 @@ impl IbDriver for RvrDevice {
             }
             Switch::TxBurst => {
                 dev.data().shared.set_tx_burst(on);
+                Ok(())
+            }
+            Switch::TxPaged => {
+                dev.data().shared.set_tx_paged(on);
                 Ok(())
             }
         }

@@ -30,6 +30,7 @@ use crate::ib::{
     umem::UmemPages,
 };
 use crate::net::fill::Fill;
+use crate::net::paged::Frags;
 use crate::new_irq_spinlock;
 use crate::rvcore::memory::{
     AtomicOp, MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
@@ -950,6 +951,28 @@ impl<'a> QpMemory<'a> {
                 let src = self.inline.get(p..p + n).ok_or(MemError::OutOfBounds)?;
                 out.copy(src).map_err(|_| MemError::OutOfBounds)
             }
+        })
+    }
+
+    /// Appends the `len` bytes starting `offset` bytes into the gather list `sges` to `out` by
+    /// reference to their pages (transmit path), where every byte lies in a pinned user MR;
+    /// otherwise fails (with what it appended still in `out`): such a payload is copied
+    /// ([`QpMemory::gather`], which reports the access's own error).
+    pub fn gather_pages(
+        &self,
+        sges: &[Sge],
+        offset: u32,
+        len: usize,
+        out: &mut Frags<'_>,
+    ) -> Result<(), MemError> {
+        self.resolve_sges(sges, offset, len, 0, |mr, pos, n, _| {
+            match mr.map(|m| m.mem()) {
+                Some(MrMem::User(p)) => {
+                    p.for_each_page(pos, n, |page, off, k| out.add(page, off, k))
+                }
+                _ => Err(EINVAL),
+            }
+            .map_err(|_| MemError::OutOfBounds)
         })
     }
 

@@ -19,7 +19,7 @@ use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
 use crate::rvcore::wire::bth::{Bth, RawBth, MULTICAST_QPN};
-use crate::rvcore::wire::{DecodeError, Glance, Headers};
+use crate::rvcore::wire::{DecodeError, Headers};
 use core::ops::Range;
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
@@ -196,18 +196,15 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
     let Some((port, direct)) = port_of(dev, &skb, false) else {
         return;
     };
-    if skb.to_ip_packet().is_err() {
+    if skb.to_network_header().is_err() {
         Counters::inc(&c.rx_malformed);
         return;
     }
     // Only a packet that arrived on the port's own netdev is queued (`queued` takes no other).
     // The glance finds the BTH without parsing the IP and UDP headers in full: a queued packet
-    // is parsed where it is handled.
-    let glance = if direct {
-        skb.roce_udp_payload().and_then(Glance::of)
-    } else {
-        None
-    };
+    // is parsed where it is handled, and a payload in pages (one sent by reference) is made
+    // linear there too, not on this CPU.
+    let glance = if direct { skb.glance() } else { None };
     let mut qp = None;
     if let Some(g) = &glance {
         qp = qp_for(dev, g.dest_qp, port);
@@ -217,6 +214,10 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
                 return;
             }
         }
+    }
+    if skb.to_ip_packet().is_err() {
+        Counters::inc(&c.rx_malformed);
+        return;
     }
     let Some(rx) = ip_udp(c, skb.roce_headers()) else {
         return;

@@ -53,6 +53,9 @@ pub enum Switch {
     /// `tx_burst`: consecutive packets of a connection leave as one UDP GSO packet
     /// (docs/datapath-design.md).
     TxBurst,
+    /// `tx_paged`: a payload in pinned user memory leaves by reference to its pages, not
+    /// copied (docs/datapath-design.md).
+    TxPaged,
 }
 
 impl Switch {
@@ -62,6 +65,7 @@ impl Switch {
             b::RVR_SWITCH_APM_BONDING => Some(Self::ApmBonding),
             b::RVR_SWITCH_RX_SPREAD => Some(Self::RxSpread),
             b::RVR_SWITCH_TX_BURST => Some(Self::TxBurst),
+            b::RVR_SWITCH_TX_PAGED => Some(Self::TxPaged),
             _ => None,
         }
     }

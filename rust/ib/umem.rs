@@ -240,6 +240,21 @@ impl UmemPages {
         Ok(())
     }
 
+    /// Calls `f(page, offset, len)` for each piece of the `len` bytes at position `pos` that
+    /// lies in one page, in order (`ERANGE` if the range is not inside the memory); stops at
+    /// `f`'s first error. Never sleeps.
+    pub fn for_each_page(
+        &self,
+        pos: u64,
+        len: usize,
+        mut f: impl FnMut(&BorrowedPage<'_>, usize, usize) -> Result,
+    ) -> Result {
+        let abs = self.abs(pos, len)?;
+        for_each_block(abs, len, PAGE_SIZE, |i, off, _, n| {
+            f(&self.page(i)?, off, n)
+        })
+    }
+
     /// Copies `data` to position `pos`; nothing is written if the range is not inside the memory
     /// (`ERANGE`). Never sleeps.
     pub fn write(&self, pos: u64, data: &[u8]) -> Result {

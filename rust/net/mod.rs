@@ -10,6 +10,7 @@ pub mod fill;
 mod kunit;
 pub mod netdev;
 pub mod notifier;
+pub mod paged;
 pub mod roce;
 pub mod skb;
 pub mod tx;

@@ -139,10 +139,17 @@ pub fn compute_icrc(ip: icrc::IpHeader<'_>, udp: &[u8; UDP_HLEN], transport: &[u
 /// masks set to ones for the call and put back after. `None` (`pkt` untouched) when `pkt` is
 /// shorter than the IP, UDP and BT headers.
 pub fn compute_icrc_in_place(pkt: &mut [u8], ipv4: bool) -> Option<u32> {
+    icrc_state_in_place(pkt, ipv4).map(|s| !s)
+}
+
+/// The running `crc32_le` of the ICRC over `pkt`, the start of a packet laid out as for
+/// [`compute_icrc_in_place`]: to continue over the bytes that follow elsewhere (a payload in
+/// pages), the ICRC then being its complement.
+pub fn icrc_state_in_place(pkt: &mut [u8], ipv4: bool) -> Option<u32> {
     let unmask = icrc::mask_in_place(pkt, ipv4)?;
     let crc = crc32_le(icrc::ICRC_SEED, pkt);
     unmask.restore(pkt);
-    Some(!crc)
+    Some(crc)
 }
 
 /// Parses a RoCEv2 packet that starts at its IP header (the shapes

@@ -6,8 +6,9 @@ use super::fill::Fill;
 use super::netdev::NetDev;
 use super::roce::{self, IcrcAt, RoceRx, RoceRxError};
 use crate::bindings as b;
+use crate::rvcore::wire::{ip_udp, Glance};
 use core::{mem::MaybeUninit, ptr::NonNull};
-use kernel::{prelude::*, types::Opaque};
+use kernel::{page::Page, prelude::*, types::Opaque};
 
 /// An owned socket buffer; freed on drop (`kfree_skb`, counted as a drop) unless it is
 /// consumed ([`Skb::consume`]) or handed on (sent, queued).
@@ -309,6 +310,59 @@ impl Skb {
             self.push_raw(back)?;
         }
         Ok(())
+    }
+
+    /// Appends the `len` bytes of `page` at `off` as the next fragment, holding a reference on
+    /// the page until the skb is freed. `EMSGSIZE` when every fragment slot is taken.
+    pub(super) fn add_page_frag(&mut self, page: &Page, off: usize, len: usize) -> Result {
+        let off = u32::try_from(off).map_err(|_| EINVAL)?;
+        let len = u32::try_from(len).map_err(|_| EINVAL)?;
+        // SAFETY: the skb is exclusively ours; the page is live while borrowed, and the helper
+        // takes the reference that keeps it live for the skb.
+        kernel::error::to_result(unsafe {
+            b::rvr_skb_add_page_frag(self.as_raw(), page.as_ptr(), off, len)
+        })
+    }
+
+    /// Appends `bytes` (at most a cache line) as the last fragment, in fresh memory.
+    /// `ENOMEM` when none is left, or no fragment slot.
+    pub(super) fn append_frag_bytes(&mut self, bytes: &[u8]) -> Result {
+        let len = u32::try_from(bytes.len()).map_err(|_| EINVAL)?;
+        // SAFETY: the skb is exclusively ours.
+        let p = unsafe { b::rvr_skb_add_trailer_frag(self.as_raw(), len) }.cast::<u8>();
+        if p.is_null() {
+            return Err(ENOMEM);
+        }
+        // SAFETY: the helper returned `bytes.len()` fresh bytes that only this skb refers to,
+        // and no one reads them before the skb is sent.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        Ok(())
+    }
+
+    /// `crc32_le` continued from `crc` over the bytes of every fragment.
+    pub(super) fn frags_crc32_le(&self, crc: u32) -> u32 {
+        // SAFETY: the skb is live; its fragments' pages are held by it while it is borrowed.
+        unsafe { b::rvr_skb_frags_crc32_le(self.as_raw(), crc, u32::MAX) }
+    }
+
+    /// Moves `skb->data` back to the network header without making the packet linear: its
+    /// headers are read from the linear part ([`Skb::glance`]); the rest waits for
+    /// [`Skb::to_ip_packet`].
+    pub fn to_network_header(&mut self) -> Result {
+        self.push_to_network_header()
+    }
+
+    /// A glance at the BTH of a packet [`Skb::to_network_header`] has prepared, whose payload
+    /// may lie in fragments: the IP, UDP and transport headers must be in the linear part (as
+    /// they are in every packet rvrdma builds); `None` otherwise, or when the packet is shorter
+    /// than its UDP length says.
+    pub fn glance(&self) -> Option<Glance> {
+        let head = self.data();
+        let span = ip_udp::udp_payload_span(head)?;
+        if span.end > self.len() {
+            return None;
+        }
+        Glance::of_prefix(head.get(span.start..)?, span.len())
     }
 
     /// Parses a received RoCEv2 packet: linearizes, moves `skb->data` back to the network header

@@ -10,8 +10,10 @@
 //! `local_bh_enable`), so [`Route::lookup`] must run with IRQs enabled (do it before taking
 //! the lock and keep the [`Route`]). [`Skb::send`] must run with IRQs and BH enabled.
 
+use super::crc32::crc32_le;
 use super::fill::Fill;
 use super::netdev::NetDev;
+use super::paged::Frags;
 use super::roce::{self, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
 use super::skb::Skb;
 use super::udp_tunnel::TunnelRef;
@@ -209,23 +211,8 @@ pub fn build_routed(
     transport_len: usize,
     fill: impl FnOnce(&mut Fill<'_>) -> Result,
 ) -> Result<Skb> {
-    if !tun.is_live() {
-        return Err(super::errno(b::ENETDOWN));
-    }
-    let v4 = p.ipv4();
-    if v4.is_some() != route.ipv4 {
-        return Err(EINVAL);
-    }
-    let ip_hlen = if route.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
-    let udp_len = UDP_HLEN + transport_len + ICRC_LEN;
-    let udp_len16 = u16::try_from(udp_len).map_err(|_| EMSGSIZE)?;
-    // IPv4's total length, IPv6's payload length.
-    let ip_len16 = if route.ipv4 {
-        u16::try_from(IPV4_HLEN + udp_len).map_err(|_| EMSGSIZE)?
-    } else {
-        udp_len16
-    };
-    let mut skb = Skb::alloc_tx(p.ndev, ip_hlen + UDP_HLEN, transport_len + ICRC_LEN)?;
+    let lens = Lens::of(tun, route, p, transport_len)?;
+    let mut skb = Skb::alloc_tx(p.ndev, lens.ip_hlen + UDP_HLEN, transport_len + ICRC_LEN)?;
     skb.put_with(transport_len + ICRC_LEN, |f| {
         fill(f)?;
         // Exactly the transport: the ICRC follows (zeroed until computed).
@@ -234,50 +221,153 @@ pub fn build_routed(
         }
         f.copy(&[0; ICRC_LEN])
     })?;
+    let pkt = ip_udp_headers(&mut skb, route, p, &lens)?;
+    // ICRC over the finished headers (the IPv4 identification is covered).
+    let split = pkt.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
+    let (covered, trailer) = pkt.split_at_mut(split);
+    let crc = roce::compute_icrc_in_place(covered, route.ipv4);
+    trailer.copy_from_slice(&icrc::to_wire(crc.ok_or(EINVAL)?));
+    Ok(owned_by(skb, tun, route))
+}
 
-    // IP and UDP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr, prepare_udp_hdr): the headers'
-    // room, device, protocol, a scrubbed skb, the route and a clear IP control block, in one
-    // call; then their bytes.
-    let pkt = match v4 {
+/// [`build_routed`] of a packet whose payload goes by reference: `headers` writes exactly the
+/// `header_len` bytes of the transport headers, `payload` appends exactly `payload_len` bytes
+/// of pages to the [`Frags`] it is given, then `pad` zero bytes and the ICRC follow in a
+/// fragment of their own. The ICRC reads the payload where it lies, so no byte of it is copied.
+/// Any error leaves no packet (`EMSGSIZE`: more pieces than an skb holds).
+pub fn build_routed_paged(
+    tun: &TunnelRef,
+    route: &Route,
+    p: &TxParams<'_>,
+    layout: &PagedLayout,
+    headers: impl FnOnce(&mut Fill<'_>) -> Result,
+    payload: impl FnOnce(&mut Frags<'_>) -> Result,
+) -> Result<Skb> {
+    let PagedLayout {
+        header_len,
+        payload_len,
+        pad,
+    } = *layout;
+    let transport_len = header_len + payload_len + pad;
+    let lens = Lens::of(tun, route, p, transport_len)?;
+    let mut skb = Skb::alloc_tx(p.ndev, lens.ip_hlen + UDP_HLEN, header_len)?;
+    skb.put_with(header_len, |f| {
+        headers(f)?;
+        if !f.is_full() {
+            return Err(EINVAL);
+        }
+        Ok(())
+    })?;
+    let mut frags = Frags::new(&mut skb);
+    payload(&mut frags)?;
+    if frags.len() != payload_len {
+        return Err(EINVAL);
+    }
+    let pkt = ip_udp_headers(&mut skb, route, p, &lens)?;
+    let crc = roce::icrc_state_in_place(pkt, route.ipv4).ok_or(EINVAL)?;
+    let crc = skb.frags_crc32_le(crc);
+    let crc = match pad {
+        0 => crc,
+        _ => crc32_le(crc, [0u8; 3].get(..pad).ok_or(EINVAL)?),
+    };
+    let mut trailer = [0u8; 3 + ICRC_LEN];
+    trailer[pad..pad + ICRC_LEN].copy_from_slice(&icrc::to_wire(!crc));
+    skb.append_frag_bytes(&trailer[..pad + ICRC_LEN])?;
+    Ok(owned_by(skb, tun, route))
+}
+
+/// The transport of a packet [`build_routed_paged`] builds: BTH and extension headers, payload
+/// (by reference) and pad, in bytes.
+#[derive(Clone, Copy)]
+pub struct PagedLayout {
+    /// The transport headers' bytes.
+    pub header_len: usize,
+    /// The payload's bytes.
+    pub payload_len: usize,
+    /// The pad's bytes (0 to 3).
+    pub pad: usize,
+}
+
+/// The lengths of a packet's IP and UDP headers and fields, checked against what an IP
+/// datagram holds, for a packet along `route` that may be built (its namespace's sockets live,
+/// the route's family the GIDs').
+struct Lens {
+    ip_hlen: usize,
+    udp_len: u16,
+    /// IPv4's total length, IPv6's payload length.
+    ip_len: u16,
+}
+
+impl Lens {
+    fn of(tun: &TunnelRef, route: &Route, p: &TxParams<'_>, transport_len: usize) -> Result<Lens> {
+        if !tun.is_live() {
+            return Err(super::errno(b::ENETDOWN));
+        }
+        if p.ipv4().is_some() != route.ipv4 {
+            return Err(EINVAL);
+        }
+        let ip_hlen = if route.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
+        let udp_len = UDP_HLEN + transport_len + ICRC_LEN;
+        let udp_len16 = u16::try_from(udp_len).map_err(|_| EMSGSIZE)?;
+        let ip_len = if route.ipv4 {
+            u16::try_from(IPV4_HLEN + udp_len).map_err(|_| EMSGSIZE)?
+        } else {
+            udp_len16
+        };
+        Ok(Lens {
+            ip_hlen,
+            udp_len: udp_len16,
+            ip_len,
+        })
+    }
+}
+
+/// IP and UDP (rxe prepare_ipv4_hdr / prepare_ipv6_hdr, prepare_udp_hdr): the headers' room,
+/// device, protocol, a scrubbed skb, the route and a clear IP control block, in one call; then
+/// their bytes. Returns the linear part, from the IP header.
+fn ip_udp_headers<'s>(
+    skb: &'s mut Skb,
+    route: &Route,
+    p: &TxParams<'_>,
+    lens: &Lens,
+) -> Result<&'s mut [u8]> {
+    match p.ipv4() {
         Some((src, dst)) => {
-            let pkt = push_ip_udp::<{ IPV4_HLEN + UDP_HLEN }>(&mut skb, p.ndev, Some(route))?;
+            let pkt = push_ip_udp::<{ IPV4_HLEN + UDP_HLEN }>(skb, p.ndev, Some(route))?;
             let (ip, udp) = split_headers::<IPV4_HLEN>(&mut *pkt)?;
-            roce::write_udp(udp, p.src_port, udp_len16);
-            roce::write_ipv4(ip, ip_len16, p.tclass, p.ttl, src, dst);
+            roce::write_udp(udp, p.src_port, lens.udp_len);
+            roce::write_ipv4(ip, lens.ip_len, p.tclass, p.ttl, src, dst);
             match p.ip_id {
                 Some(id) => ip[4..6].copy_from_slice(&id.to_be_bytes()),
                 // SAFETY: `ip` is the IPv4 header of the skb; the namespace is live (device).
                 None => unsafe { b::__ip_select_ident(p.net(), ip.as_mut_ptr().cast(), 1) },
             }
-            pkt
+            Ok(pkt)
         }
         None => {
-            let pkt = push_ip_udp::<{ IPV6_HLEN + UDP_HLEN }>(&mut skb, p.ndev, Some(route))?;
+            let pkt = push_ip_udp::<{ IPV6_HLEN + UDP_HLEN }>(skb, p.ndev, Some(route))?;
             let (ip, udp) = split_headers::<IPV6_HLEN>(&mut *pkt)?;
-            roce::write_udp(udp, p.src_port, udp_len16);
+            roce::write_udp(udp, p.src_port, lens.udp_len);
             roce::write_ipv6(
                 ip,
-                ip_len16,
+                lens.ip_len,
                 p.tclass,
                 p.flow_label,
                 p.ttl,
                 p.src_gid,
                 p.dst_gid,
             );
-            pkt
+            Ok(pkt)
         }
-    };
+    }
+}
 
-    // ICRC over the finished headers (the IPv4 identification is covered).
-    let split = pkt.len().checked_sub(ICRC_LEN).ok_or(EINVAL)?;
-    let (covered, trailer) = pkt.split_at_mut(split);
-    let crc = roce::compute_icrc_in_place(covered, route.ipv4);
-    trailer.copy_from_slice(&icrc::to_wire(crc.ok_or(EINVAL)?));
-
+/// `skb`, charged to the namespace's socket of the route's family.
+fn owned_by(skb: Skb, tun: &TunnelRef, route: &Route) -> Skb {
     // SAFETY: the skb is ours with no owner yet; the socket is live while `tun` is (it holds a
     // reference), and `skb_set_owner_w` takes its own (write memory) reference.
     unsafe { b::skb_set_owner_w(skb.as_raw(), tun.owner_sk(route.ipv4)) };
-    Ok(skb)
+    skb
 }
 
 /// Prepends the UDP header and the IP header to `skb`, whose data is the UDP payload, and sets
@@ -384,6 +474,8 @@ const BURST_MAX_PACKETS: u32 = 64;
 pub struct Burst {
     head: Skb,
     tail: *mut b::sk_buff,
+    /// The first packet's length (its IP packet).
+    first_len: usize,
     packets: u32,
     bytes: usize,
     ip_hlen: usize,
@@ -409,6 +501,7 @@ impl Burst {
         // INVARIANT: no fragment list yet; `ip_hlen` is the header length of the only packet.
         Burst {
             bytes,
+            first_len: bytes,
             head,
             tail: core::ptr::null_mut(),
             packets: 1,
@@ -460,13 +553,14 @@ impl Burst {
         let same_dst = unsafe { b::rvr_skb_dst(s) == b::rvr_skb_dst(t) };
         let owner = self.head.sk_raw();
         let same_owner = !owner.is_null() && owner == skb.sk_raw();
-        let linear = skb.headlen() == skb.len();
+        // Its IP and UDP headers in the linear part, to be pulled (a payload in pages stays).
+        let headers_linear = skb.headlen() >= l + UDP_HLEN;
         header_ok
             && same_dst
             && same_owner
-            && linear
+            && headers_linear
             && !self.closed
-            && skb.len() <= h.len()
+            && skb.len() <= self.first_len
             && self.packets < BURST_MAX_PACKETS
             && self.head.len() + skb.len() - (l + UDP_HLEN) <= BURST_MAX_LEN
     }
@@ -490,7 +584,7 @@ impl Burst {
             return Err(skb);
         }
         self.bytes += len;
-        self.closed = len < self.head.data().len();
+        self.closed = len < self.first_len;
         let head = self.head.as_raw();
         // SAFETY: both skbs are live and have the same owner socket (`may_follow`). The skb's
         // charge on it passes to the head, whose truesize takes the skb's in the append right
@@ -513,7 +607,7 @@ impl Burst {
     pub fn finish(mut self) -> Skb {
         if self.packets > 1 {
             let l = self.ip_hlen;
-            let first = self.head.headlen().saturating_sub(l + UDP_HLEN);
+            let first = self.first_len.saturating_sub(l + UDP_HLEN);
             // The UDP length covers every packet until the split gives each its own (the first
             // gets 8 + `first`).
             let total = u16::try_from(self.head.len() - l).unwrap_or(u16::MAX);

@@ -28,7 +28,7 @@ while getopts s:n:rl:ak:w:b: o; do
 	esac
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "-k takes a count of rounds (1 or more)" >&2; exit 2; }
-[[ $switch =~ ^(rx_spread|tx_burst)$ ]] || { echo "-w takes rx_spread or tx_burst" >&2; exit 2; }
+[[ $switch =~ ^(rx_spread|tx_burst|tx_paged)$ ]] || { echo "-w takes rx_spread, tx_burst or tx_paged" >&2; exit 2; }
 [ -z "$ko_b" ] || [ "$ab" = 0 ] || { echo "-a and -b each add a column: give one of them" >&2; exit 2; }
 [ -z "$ko_b" ] || [ -f "$ko_b" ] || { echo "-b $ko_b: no such file" >&2; exit 2; }
 # Each line: a name, the tool and its arguments (ITERS: the iteration count of its kind).
@@ -53,7 +53,7 @@ lines=(
 	"write_bw 4K q1024|ib_write_bw -s 4096 -q 1024 -n 20"
 )
 # -l REGEX: only the lines whose name matches. -a: an rvrdma set with a switch off as well (-w:
-# rx_spread, the default, or tx_burst).
+# rx_spread, the default, tx_burst or tx_paged).
 if [ -n "$only" ]; then
 	sel=()
 	for l in "${lines[@]}"; do [[ ${l%%|*} =~ $only ]] && sel+=("$l"); done
@@ -126,7 +126,7 @@ run_line() {
 	if [[ $type == rvrdma* ]]; then
 		for dev in "$d0" "$d1"; do
 			echo "#   $dev: $(rdma statistic show link "$dev/1" | tr ' ' '\n' | paste - - |
-				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|tx_cpu|tx_burst)' |
+				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|tx_cpu|tx_burst|tx_paged)' |
 				tr '\t\n' '= ')" >&2
 		done
 	else

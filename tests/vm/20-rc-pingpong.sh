@@ -13,8 +13,11 @@
 # QPs' receive queues on both devices, and work items handled some of them. Bursts (tx_burst, on
 # by default): both devices sent runs of packets as one UDP GSO packet, which the peer's UDP
 # layer split (so every later check with data also checks the split packets' ICRCs and order).
-# With both switches off on both devices, the same traffic is intact, nothing is queued and
-# nothing leaves in a burst.
+# Payloads by reference (tx_paged, on by default): both devices sent payloads of the user's MRs
+# as page fragments, not copied (so every later check with data also checks payloads across
+# pages, SGEs and pads sent that way, which the receiver made linear). With the three switches
+# off on both devices, the same traffic is intact, nothing is queued, nothing leaves in a burst
+# and every payload is copied.
 #
 # A send queue deeper than the requester's window (deep_sq.py): 400 Writes posted while the
 # responder's ACKs are lost, then all of the window acknowledged by one ACK; 400 inline Sends;
@@ -33,17 +36,19 @@ mtus=(1024 4096)
 queued() { link_stat "${DUT}$1" rx_queued_pkts; }
 # bursts N: packets device N sent in bursts so far.
 bursts() { link_stat "${DUT}$1" tx_burst_pkts; }
-# switches VALUE: rx_spread and tx_burst set to VALUE on both devices.
+# paged N: packets device N sent with their payload by reference so far.
+paged() { link_stat "${DUT}$1" tx_paged_pkts; }
+# switches VALUE: rx_spread, tx_burst and tx_paged set to VALUE on both devices.
 switches() {
 	local d sw
 	for d in "${DUT}0" "${DUT}1"; do
-		for sw in rx_spread tx_burst; do echo "$1" >"/sys/class/infiniband/$d/$sw" || return; done
+		for sw in rx_spread tx_burst tx_paged; do echo "$1" >"/sys/class/infiniband/$d/$sw" || return; done
 	done
 }
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((6 + 6 + 4 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((6 + 6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -58,13 +63,17 @@ main() {
 		eval '[ "$(queued 0)" -gt 0 ] && [ "$(queued 1)" -gt 0 ] &&
 			[ "$(($(link_stat "${DUT}0" rx_queue_worker_pkts) + $(link_stat "${DUT}1" rx_queue_worker_pkts)))" -gt 0 ]'
 	check "tx_burst: both devices sent packets in bursts" eval '[ "$(bursts 0)" -gt 0 ] && [ "$(bursts 1)" -gt 0 ]'
-	local before sent
+	check "tx_paged: both devices sent payloads by reference to the user's pages" \
+		eval '[ "$(paged 0)" -gt 0 ] && [ "$(paged 1)" -gt 0 ]'
+	local before sent by_ref
 	before=$(($(queued 0) + $(queued 1))) sent=$(($(bursts 0) + $(bursts 1)))
+	by_ref=$(($(paged 0) + $(paged 1)))
 	switches 0
-	traffic_check "traffic.py with rx_spread and tx_burst off on both devices: data and completions intact" \
+	traffic_check "traffic.py with rx_spread, tx_burst and tx_paged off on both devices: data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 1024 --random 4
 	check "rx_spread off: nothing was queued" eval '[ "$(($(queued 0) + $(queued 1)))" -eq "$before" ]'
 	check "tx_burst off: nothing left in a burst" eval '[ "$(($(bursts 0) + $(bursts 1)))" -eq "$sent" ]'
+	check "tx_paged off: every payload was copied" eval '[ "$(($(paged 0) + $(paged 1)))" -eq "$by_ref" ]'
 	switches 1
 	# A queue keeps room for just the QP's max_send_sge/max_recv_sge elements a WR, the slots'
 	# lists side by side: WRs that fill the room must not spill into the next slot's.

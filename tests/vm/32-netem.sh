@@ -15,7 +15,10 @@
 # where the packets leave by a device with no queueing discipline, so netem drops, duplicates and
 # delays single packets, as the per-packet counts need, and no packet may leave in a burst while
 # it is on. Then perftest's ib_write_bw as a smoke test through the same faults (it checks no
-# data), and once more with netem off, where bursts leave again.
+# data), and once more with netem off, where bursts leave again. Payloads by reference (tx_paged)
+# are off: netem flips a bit only in a packet's linear part, and such a payload lies in the user's
+# pages, so only copied payloads let the flips reach payload bytes, which the ICRC must catch
+# (68-fault-storm runs the same faults with tx_paged on).
 . "$(dirname "$0")/lib.sh"
 
 OPS=send,send_imm,write,write_imm,read,fetch_add,cmp_swap
@@ -31,6 +34,7 @@ main() {
 	dut_setup 1
 	pair_up
 	set_bursts 1
+	echo 0 >"/sys/class/infiniband/${DUT}0/tx_paged" && echo 0 >"/sys/class/infiniband/${DUT}1/tx_paged"
 
 	local c d sent
 	check "tc netem ${BASE[*]} on both veth ends (the baseline)" netem add "${BASE[@]}"

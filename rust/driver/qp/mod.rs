@@ -13,6 +13,7 @@ mod kernel_inline;
 mod linger;
 mod modify_attr;
 mod outputs;
+mod paged_hint;
 mod routes;
 mod run_flag;
 mod rx_queue;
@@ -192,6 +193,8 @@ pub struct QpShared {
     pub tunnels: KVec<TunnelRef>,
     /// Packets built under `inner`, waiting to be sent without the lock: the requests and the
     /// responses, each in build order.
+    /// Whether its payloads go by reference to the user's pages (see [`paged_hint::PagedHint`]).
+    tx_paged: paged_hint::PagedHint,
     #[pin]
     requests: TxStream,
     #[pin]

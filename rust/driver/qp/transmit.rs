@@ -7,6 +7,7 @@
 //! and without letting a later packet overtake an earlier one on the way (see
 //! [`crate::net::backlog`]).
 
+use super::paged_hint::PAGED_MIN;
 use super::run_flag::RunFlag;
 use super::{routes, QpShared};
 use crate::driver::counters::Counters;
@@ -18,7 +19,7 @@ use crate::net::backlog;
 use crate::net::backlog::LastBatch;
 use crate::net::fill::Fill;
 use crate::net::skb::{Skb, SkbQueue};
-use crate::net::tx::{self, Burst, IpIds, TxParams};
+use crate::net::tx::{self, Burst, IpIds, PagedLayout, TxParams};
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathInfo;
 use crate::rvcore::events::PayloadSource;
@@ -140,12 +141,37 @@ pub(super) fn build(
         return (None, true);
     };
     let stale = !route.is_valid();
-    let built = tx::build_routed(tun, route, &params, len, |f| {
+    let encode = |f: &mut Fill<'_>| {
         let hdr = f.zeroed(h.encoded_len())?;
         match h.encode_for_payload(plen, hdr) {
-            Ok(n) if n == hdr.len() => {}
-            _ => return Err(EINVAL),
+            Ok(n) if n == hdr.len() => Ok(()),
+            _ => Err(EINVAL),
         }
+    };
+    let paged = match payload {
+        PayloadSource::Gather { sges, offset, .. }
+            if plen >= PAGED_MIN && qp.tx_paged.worth_trying(qp.dev.tx_paged()) =>
+        {
+            let layout = PagedLayout {
+                header_len: h.encoded_len(),
+                payload_len: plen,
+                pad,
+            };
+            let r = tx::build_routed_paged(tun, route, &params, &layout, encode, |frags| {
+                mem.gather_pages(sges, offset, plen, frags)
+                    .map_err(|_| EFAULT)
+            });
+            qp.tx_paged.tried(r.is_ok());
+            r.ok()
+        }
+        _ => None,
+    };
+    if let Some(skb) = paged {
+        Counters::inc(&qp.dev.counters.tx_paged_pkts);
+        return (Some(skb), stale);
+    }
+    let built = tx::build_routed(tun, route, &params, len, |f| {
+        encode(f)?;
         gather(mem, payload, plen, f).map_err(|_| EFAULT)?;
         // Most payloads need no pad: no call for nothing.
         if pad != 0 {

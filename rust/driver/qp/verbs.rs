@@ -299,6 +299,7 @@ impl QpVerbs for RvrDevice {
                     max_recv_sge,
                     max_inline,
                     tunnels,
+                    tx_paged: super::paged_hint::PagedHint::new(ib_type),
                     requests <- TxStream::new(),
                     responses <- TxStream::new(),
                     linger: Default::default(),

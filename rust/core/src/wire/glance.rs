@@ -28,6 +28,15 @@ impl Glance {
     /// when it is shorter than a BTH or the opcode is unknown (the caller decodes such a
     /// packet in full, to answer or count it).
     pub fn of(buf: &[u8]) -> Option<Glance> {
+        Self::of_prefix(buf, buf.len())
+    }
+
+    /// [`Glance::of`] a UDP payload of `len` bytes of which `head` holds the first (the rest
+    /// lies elsewhere, in pages): the headers are read from `head`, the payload's length
+    /// follows from `len`. A `head` too short for the headers a field needs reads as a
+    /// shorter packet would.
+    pub fn of_prefix(head: &[u8], len: usize) -> Option<Glance> {
+        let buf = head.get(..len).unwrap_or(head);
         let b: [u8; Bth::LEN] = read_array(buf, 0)?;
         let opcode = Opcode::from_u8(b[0])?;
         let info = opcode.info();
@@ -42,8 +51,8 @@ impl Glance {
             // or a pad that does not fit or leaves payload + pad not a multiple of 4 (so a
             // malformed packet is not queued on its size).
             let pad = usize::from((b[1] >> 4) & 0x3);
-            let rest = buf.len().saturating_sub(info.header_len + ICRC_LEN);
-            if !info.has_payload || pad > rest || rest & 3 != 0 {
+            let rest = len.saturating_sub(info.header_len + ICRC_LEN);
+            if !info.has_payload || pad > rest || rest & 3 != 0 || buf.len() < info.header_len {
                 0
             } else {
                 rest - pad
@@ -131,6 +140,31 @@ mod tests {
         assert_eq!(Glance::of(&buf).unwrap().bulk_len, 65536);
         // Cut inside the RETH: nothing to move.
         assert_eq!(Glance::of(&buf[..Bth::LEN + 8]).unwrap().bulk_len, 0);
+    }
+
+    #[test]
+    fn a_prefix_holding_the_headers_glances_as_the_whole() {
+        for (op, reth, payload, pad) in [
+            (Opcode::RcRdmaWriteMiddle, 0, 1024, 0),
+            (Opcode::RcRdmaWriteFirst, 4096, 1024, 0),
+            (Opcode::RcSendLast, 0, 1021, 3),
+            (Opcode::RcRdmaReadRequest, 65536, 0, 0),
+            (Opcode::RcRdmaWriteMiddle, 0, 1023, 0),
+        ] {
+            let buf = packet(op, reth, payload, pad);
+            let whole = Glance::of(&buf);
+            let hl = op.info().header_len;
+            assert_eq!(Glance::of_prefix(&buf[..hl], buf.len()), whole);
+            // A head past the packet's end reads only the packet.
+            let mut longer = buf.clone();
+            longer.extend_from_slice(&[0; 8]);
+            assert_eq!(Glance::of_prefix(&longer, buf.len()), whole);
+        }
+        // A head cut inside the headers moves nothing, as a packet cut there would.
+        let buf = packet(Opcode::RcRdmaWriteFirst, 4096, 1024, 0);
+        let g = Glance::of_prefix(&buf[..Bth::LEN + 4], buf.len()).unwrap();
+        assert_eq!(g.bulk_len, 0);
+        assert_eq!(g.opcode, Opcode::RcRdmaWriteFirst);
     }
 
     #[test]

@@ -155,6 +155,13 @@ pub fn parse(pkt: &[u8]) -> Result<IpUdp<'_>, IpUdpError> {
 /// packet is handled, where [`parse`] checks it in full. `None` only where `parse` fails
 /// too; where both succeed, they find the same slice.
 pub fn udp_payload(pkt: &[u8]) -> Option<&[u8]> {
+    pkt.get(udp_payload_span(pkt)?)
+}
+
+/// Where [`udp_payload`] finds the UDP payload, read from the IP and UDP headers alone: `pkt`
+/// need hold no more than them (a packet whose payload lies elsewhere, in pages). The caller
+/// checks that the packet is as long as the range says.
+pub fn udp_payload_span(pkt: &[u8]) -> Option<core::ops::Range<usize>> {
     let ip_hlen = match *pkt.first()? {
         0x45 => IPV4_HEADER_LEN,
         v if v >> 4 == 6 => IPV6_HEADER_LEN,
@@ -164,7 +171,7 @@ pub fn udp_payload(pkt: &[u8]) -> Option<&[u8]> {
     if udp_len < UDP_HEADER_LEN + BTH_LEN + ICRC_LEN {
         return None;
     }
-    pkt.get(ip_hlen + UDP_HEADER_LEN..ip_hlen + udp_len)
+    Some(ip_hlen + UDP_HEADER_LEN..ip_hlen + udp_len)
 }
 
 /// Writes a UDP header: source `sport`, destination 4791, length `udp_len`, checksum 0.
