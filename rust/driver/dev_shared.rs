@@ -62,7 +62,8 @@ pub struct DevShared {
     /// ([`crate::net::tx::Burst`]).
     tx_burst: AtomicBool,
     /// The `tx_paged` switch: a payload in pinned user memory leaves by reference to its pages
-    /// ([`crate::net::paged`]).
+    /// ([`crate::net::paged`]). Off by default: the receiver still makes such a packet linear,
+    /// which costs more than the copy it spares the sender (docs/experiments.md).
     tx_paged: AtomicBool,
     /// Packets in the receive queues of all the device's QPs, against [`MAX_RX_QUEUED`].
     pub(crate) rx_queued: AtomicUsize,
@@ -141,7 +142,7 @@ impl DevShared {
                 apm_bonding: AtomicBool::new(false),
                 rx_spread: AtomicBool::new(true),
                 tx_burst: AtomicBool::new(true),
-                tx_paged: AtomicBool::new(true),
+                tx_paged: AtomicBool::new(false),
                 rx_queued: AtomicUsize::new(0),
             }),
             GFP_KERNEL,

@@ -52,8 +52,8 @@ lines=(
 	"write_bw 4K q1|ib_write_bw -s 4096 -q 1 -n 200"
 	"write_bw 4K q1024|ib_write_bw -s 4096 -q 1024 -n 20"
 )
-# -l REGEX: only the lines whose name matches. -a: an rvrdma set with a switch off as well (-w:
-# rx_spread, the default, tx_burst or tx_paged).
+# -l REGEX: only the lines whose name matches. -a: an rvrdma set with a switch off as well, the
+# rvrdma set then having it on (-w: rx_spread, the default, tx_burst or tx_paged).
 if [ -n "$only" ]; then
 	sel=()
 	for l in "${lines[@]}"; do [[ ${l%%|*} =~ $only ]] && sel+=("$l"); done
@@ -69,7 +69,8 @@ load_build() {
 }
 
 # set_up SET DEV0 DEV1: DEV0 on veth0 (client, rvA) and DEV1 on veth1 (server, rvB). SET is the
-# driver (rvrdma, rxe), rvrdma-solo (rvrdma with the -w switch off) or rvrdma-b (the -b build).
+# driver (rvrdma, rxe), rvrdma-solo (rvrdma with the -w switch off; with -a, the rvrdma set has
+# it on) or rvrdma-b (the -b build).
 set_up() {
 	local type=${1%-solo} d0=$2 d1=$3
 	type=${type%-b}
@@ -84,6 +85,9 @@ set_up() {
 	wait_for 30 has_gid "$d0" 10.77.0.1 >/dev/null && wait_for 30 has_gid "$d1" 10.77.0.2 >/dev/null
 	if [[ $1 == *-solo ]]; then
 		echo 0 >"/sys/class/infiniband/$d0/$switch" && echo 0 >"/sys/class/infiniband/$d1/$switch"
+	elif [ "$ab" = 1 ] && [ "$1" = rvrdma ]; then
+		# The A/B's other column has the switch on, whatever its default.
+		echo 1 >"/sys/class/infiniband/$d0/$switch" && echo 1 >"/sys/class/infiniband/$d1/$switch"
 	fi
 	if [ "$rps" = 1 ]; then
 		# Receive packet steering on both veth ends: received packets are processed on any CPU,

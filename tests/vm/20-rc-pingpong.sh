@@ -13,11 +13,11 @@
 # QPs' receive queues on both devices, and work items handled some of them. Bursts (tx_burst, on
 # by default): both devices sent runs of packets as one UDP GSO packet, which the peer's UDP
 # layer split (so every later check with data also checks the split packets' ICRCs and order).
-# Payloads by reference (tx_paged, on by default): both devices sent payloads of the user's MRs
-# as page fragments, not copied (so every later check with data also checks payloads across
-# pages, SGEs and pads sent that way, which the receiver made linear). With the three switches
-# off on both devices, the same traffic is intact, nothing is queued, nothing leaves in a burst
-# and every payload is copied.
+# Payloads by reference (tx_paged, off by default, on here): both devices sent payloads of the
+# user's MRs as page fragments, not copied (so every later check with data also checks payloads
+# across pages, SGEs and pads sent that way, which the receiver made linear). With the three
+# switches off on both devices, the same traffic is intact, nothing is queued, nothing leaves in
+# a burst and every payload is copied; then all three are on for the rest.
 #
 # A send queue deeper than the requester's window (deep_sq.py): 400 Writes posted while the
 # responder's ACKs are lost, then all of the window acknowledged by one ACK; 400 inline Sends;
@@ -57,6 +57,7 @@ main() {
 		diag "IPv6 GIDs did not appear"
 
 	local mtu
+	switches 1
 	traffic_check "traffic.py: every op both ways, IPv4, MTU 1024, data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 1024 --iters 2 --random 10
 	check "rx_spread: bulk packets went through the receive queues on both devices, work items handled some" \

@@ -18,7 +18,7 @@
 # data), and once more with netem off, where bursts leave again. Payloads by reference (tx_paged)
 # are off: netem flips a bit only in a packet's linear part, and such a payload lies in the user's
 # pages, so only copied payloads let the flips reach payload bytes, which the ICRC must catch
-# (68-fault-storm runs the same faults with tx_paged on).
+# (68-fault-storm runs its storm with tx_paged on).
 . "$(dirname "$0")/lib.sh"
 
 OPS=send,send_imm,write,write_imm,read,fetch_add,cmp_swap
