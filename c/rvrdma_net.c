@@ -280,26 +280,39 @@ void *rvr_skb_add_trailer_frag(struct sk_buff *skb, unsigned int len)
 	return p;
 }
 
-/* crc32_le continued from @crc over the bytes of the skb's first @nfrags fragments. */
-u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, unsigned int nfrags)
+/* crc32_le continued from @crc over the first @len bytes of the skb's fragments. */
+u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len)
 {
 	const struct skb_shared_info *sh = skb_shinfo(skb);
 	unsigned int i;
 
-	for (i = 0; i < nfrags && i < sh->nr_frags; i++) {
+	for (i = 0; len && i < sh->nr_frags; i++) {
 		const skb_frag_t *f = &sh->frags[i];
+		u32 n = min_t(u32, skb_frag_size(f), len);
 		struct page *p;
 		u32 p_off, p_len, copied;
 
-		skb_frag_foreach_page(f, skb_frag_off(f), skb_frag_size(f), p, p_off, p_len,
-				      copied) {
+		skb_frag_foreach_page(f, skb_frag_off(f), n, p, p_off, p_len, copied) {
 			u8 *va = kmap_local_page(p);
 
 			crc = crc32_le(crc, va + p_off, p_len);
 			kunmap_local(va);
 		}
+		len -= n;
 	}
 	return crc;
+}
+
+int rvr_skb_copy_bits(const struct sk_buff *skb, u32 offset, void *to, u32 len)
+{
+	if (offset > INT_MAX || len > INT_MAX)
+		return -EFAULT;
+	return skb_copy_bits(skb, offset, to, len);
+}
+
+bool rvr_skb_has_frag_list(const struct sk_buff *skb)
+{
+	return skb_has_frag_list(skb);
 }
 
 /* The bookkeeping of skb_gro_receive_list: @nskb's bytes and memory count in @head's. */

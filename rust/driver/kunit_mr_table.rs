@@ -439,7 +439,10 @@ mod tests {
             assert_eq!(mem.gather(list, offset, len, &mut out), Ok(()));
             assert_eq!(out.into_init().as_deref(), Some(want));
         }
-        assert_eq!(mem.scatter(&[sg(0, 2)], 0, &[9]), Err(MemError::BadKey));
+        assert_eq!(
+            mem.scatter(&[sg(0, 2)], 0, (&[9u8]).into()),
+            Err(MemError::BadKey)
+        );
         // Unknown keys.
         let mr_sg = Sge {
             addr: 0,

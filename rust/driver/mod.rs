@@ -12,6 +12,7 @@ pub mod counters;
 pub mod cq;
 pub mod dev_shared;
 pub mod device;
+mod held_payload;
 mod kunit_mr_table;
 pub mod limits;
 pub mod link;

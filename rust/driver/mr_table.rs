@@ -24,6 +24,7 @@
 
 use super::mr_info_copy::InfoCopy;
 use super::mw::RvrMw;
+use crate::ib::copy_src::{part, CopySrc};
 use crate::ib::{
     mr::{KernelMemory, PageList},
     odp::{OdpError, OdpPages},
@@ -33,8 +34,8 @@ use crate::net::fill::Fill;
 use crate::net::paged::Frags;
 use crate::new_irq_spinlock;
 use crate::rvcore::memory::{
-    AtomicOp, MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
+    AtomicOp, MemError, Memory, RxPayload, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use crate::rvcore::mw::{BindMwParams, MrFacts, QpRef};
 use crate::rvcore::wqe::{RegMrParams, Sge, MAX_SGE};
@@ -339,7 +340,7 @@ impl RvrMr {
         .map_err(|_| MemError::OutOfBounds)
     }
 
-    fn write_at(&self, pos: u64, data: &[u8]) -> Result<(), MemError> {
+    fn write_at(&self, pos: u64, data: &(impl CopySrc + ?Sized)) -> Result<(), MemError> {
         if let MrMem::Odp(p) = &self.mem {
             return p.write(pos, data).map_err(odp_err);
         }
@@ -991,6 +992,43 @@ impl<'a> QpMemory<'a> {
     }
 }
 
+impl QpMemory<'_> {
+    /// [`Memory::scatter`] of bytes from any source (a payload held in an skb's fragments).
+    pub fn scatter_from(
+        &mut self,
+        sges: &[Sge],
+        offset: u32,
+        data: &(impl CopySrc + ?Sized),
+    ) -> Result<(), MemError> {
+        self.resolve_sges(
+            sges,
+            offset,
+            data.len(),
+            ACCESS_LOCAL_WRITE,
+            |mr, pos, len, done| {
+                let src = part(data, done, len).ok_or(MemError::OutOfBounds)?;
+                match mr {
+                    Some(mr) => self.note(mr.write_at(pos, &src), mr, pos, len as u64, true),
+                    None => Err(MemError::BadKey),
+                }
+            },
+        )
+    }
+
+    /// [`Memory::remote_write`] of bytes from any source.
+    pub fn remote_write_from(
+        &mut self,
+        rkey: u32,
+        va: u64,
+        data: &(impl CopySrc + ?Sized),
+    ) -> Result<(), MemError> {
+        let len = data.len() as u64;
+        self.with_remote(rkey, va, len, ACCESS_REMOTE_WRITE, |mr, pos| {
+            self.note(mr.write_at(pos, data), mr, pos, len, true)
+        })
+    }
+}
+
 impl Memory for QpMemory<'_> {
     fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
         for s in sges.iter().filter(|s| s.length > 0) {
@@ -1007,31 +1045,18 @@ impl Memory for QpMemory<'_> {
         Ok(())
     }
 
-    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
-        self.resolve_sges(
-            sges,
-            offset,
-            data.len(),
-            ACCESS_LOCAL_WRITE,
-            |mr, pos, len, done| {
-                let src = data.get(done..done + len).ok_or(MemError::OutOfBounds)?;
-                match mr {
-                    Some(mr) => self.note(mr.write_at(pos, src), mr, pos, len as u64, true),
-                    None => Err(MemError::BadKey),
-                }
-            },
-        )
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
+        self.scatter_from(sges, offset, data)
     }
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
         self.resolve_resident(rkey, va, u64::from(len), access, true)
     }
 
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        let len = data.len() as u64;
-        self.with_remote(rkey, va, len, ACCESS_REMOTE_WRITE, |mr, pos| {
-            self.note(mr.write_at(pos, data), mr, pos, len, true)
-        })
+    fn remote_write(&mut self, rkey: u32, va: u64, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
+        self.remote_write_from(rkey, va, data)
     }
 
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {

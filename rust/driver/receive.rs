@@ -12,14 +12,15 @@
 
 use super::counters::Counters;
 use super::dev_shared::DevShared;
+use super::held_payload::Payload;
 use super::mcast::MAX_QP_ATTACH;
 use super::qp::QpShared;
-use crate::net::roce::{IcrcAt, RoceRx, RoceRxError, UDP_HLEN};
+use crate::net::roce::{IcrcAt, RoceHead, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
 use crate::rvcore::apm::{NetHeader, PathMatch};
 use crate::rvcore::wire::bth::{Bth, RawBth, MULTICAST_QPN};
-use crate::rvcore::wire::{DecodeError, Headers};
+use crate::rvcore::wire::{DecodeError, Glance, Headers};
 use core::ops::Range;
 use core::sync::atomic::Ordering;
 use kernel::{prelude::*, sync::Arc};
@@ -84,19 +85,17 @@ impl Inbound {
         path_match(self.port, self.src_gid, self.dst_gid, ip)
     }
 
-    /// The decoded headers `h` ([`decode`]'s) and the payload, in `data` (the data of the skb
-    /// parsed).
+    /// The decoded headers `h` ([`decode`]'s) and the payload, in `skb` (the skb parsed).
     fn payload<'a, 'h>(
         &self,
         h: &'h Option<Headers>,
-        data: &'a [u8],
-    ) -> Result<(&'h Headers, &'a [u8]), DecodeError> {
+        skb: &'a Skb,
+    ) -> Result<(&'h Headers, Payload<'a>), DecodeError> {
         match (&self.decoded, h) {
-            (Ok(range), Some(h)) => data
-                .get(range.clone())
-                .map(|p| (h, p))
-                .ok_or(DecodeError::Truncated),
-            (Ok(_), None) => Err(DecodeError::Truncated),
+            (Ok(range), Some(h)) if range.end <= skb.len() => {
+                Ok((h, Payload::of(skb, range.clone())))
+            }
+            (Ok(_), _) => Err(DecodeError::Truncated),
             (Err(e), _) => Err(*e),
         }
     }
@@ -129,11 +128,46 @@ fn port_of(dev: &DevShared, skb: &Skb, direct_only: bool) -> Option<(u8, bool)> 
     }
 }
 
-/// A packet's IP and UDP headers, as parsed ([`Skb::parse_roce_headers`]); a malformed packet
-/// is counted and `None`.
-fn ip_udp<'a>(c: &Counters, parsed: Result<RoceRx<'a>, RoceRxError>) -> Option<RoceRx<'a>> {
+/// Whether a packet [`Skb::to_network_header`] prepared is handled with its payload left in
+/// its fragments, copied from there straight into memory ([`Payload::InSkb`]), not made linear
+/// first: one whose payload the core takes held, for a QP (not a multicast group), whose
+/// headers lie in its linear part.
+fn payload_in_frags(skb: &Skb, g: Option<&Glance>) -> bool {
+    g.is_some_and(|g| {
+        g.dest_qp != MULTICAST_QPN
+            && g.opcode.info().operation.payload_may_be_held()
+            && skb.headers_linear(g)
+    })
+}
+
+/// Makes a packet [`Skb::to_network_header`] prepared linear unless it is handled `in_frags`
+/// ([`payload_in_frags`]); one that cannot be is counted and `false`.
+fn prepare(c: &Counters, skb: &mut Skb, in_frags: bool) -> bool {
+    if in_frags {
+        Counters::inc(&c.rx_paged_pkts);
+        return true;
+    }
+    if skb.to_ip_packet().is_ok() {
+        return true;
+    }
+    Counters::inc(&c.rx_malformed);
+    false
+}
+
+/// A packet's IP and UDP headers, as parsed ([`Skb::roce_head`]), and where its ICRC lies; a
+/// malformed packet is counted and `None`.
+fn ip_udp<'a>(c: &Counters, skb: &'a Skb, in_frags: bool) -> Option<(RoceHead<'a>, IcrcAt)> {
+    let parsed = if in_frags {
+        skb.roce_head().map(|h| {
+            let at = IcrcAt::of_head(&h);
+            (h, at)
+        })
+    } else {
+        skb.roce_headers()
+            .map(|rx| (RoceHead::of(&rx), rx.icrc_at()))
+    };
     match parsed {
-        Ok(rx) => Some(rx),
+        Ok(p) => Some(p),
         Err(_) => {
             Counters::inc(&c.rx_malformed);
             None
@@ -143,25 +177,31 @@ fn ip_udp<'a>(c: &Counters, parsed: Result<RoceRx<'a>, RoceRxError>) -> Option<R
 
 /// Decodes the transport headers of a packet whose IP and UDP headers are `rx` into `h`, without
 /// the ICRC. What is malformed is counted and `None`.
-fn decode(c: &Counters, port: u8, rx: &RoceRx<'_>, h: &mut Option<Headers>) -> Option<Inbound> {
+fn decode(
+    c: &Counters,
+    port: u8,
+    skb: &Skb,
+    (rx, icrc): (&RoceHead<'_>, IcrcAt),
+    h: &mut Option<Headers>,
+) -> Option<Inbound> {
     // The payload's place in the skb's data, which starts at the IP header.
     let base = rx.ip_header.len() + UDP_HLEN;
-    let decoded = Bth::decode(rx.udp_payload).and_then(|bth| {
+    let decoded = Bth::decode(rx.udp_payload_head).and_then(|bth| {
         h.insert(Headers::new(bth))
-            .decode_after_bth(rx.udp_payload)
+            .decode_after_bth_of_prefix(rx.udp_payload_head, rx.udp_payload_len)
             .map(|r| r.start + base..r.end + base)
     });
     // An opcode the decoder does not know still has a BTH: the QP decides (an RC QP answers a
     // reserved RC opcode with an Invalid Request NAK, seed 001); anything else is malformed.
     let raw = match decoded {
-        Err(DecodeError::UnknownOpcode(_)) => RawBth::decode(rx.udp_payload).ok(),
+        Err(DecodeError::UnknownOpcode(_)) => RawBth::decode(rx.udp_payload_head).ok(),
         _ => None,
     };
     let dest_qp = match (&decoded, h.as_ref(), &raw) {
         (Ok(_), Some(h), _) => h.bth.dest_qp,
         (Err(_), _, Some(b)) => b.dest_qp,
         _ => {
-            count_bad(c, rx);
+            count_bad(c, skb, &icrc);
             return None;
         }
     };
@@ -170,11 +210,11 @@ fn decode(c: &Counters, port: u8, rx: &RoceRx<'_>, h: &mut Option<Headers>) -> O
         decoded,
         raw,
         dest_qp,
-        icrc: rx.icrc_at(),
+        icrc,
         ip_hlen: rx.ip_header.len(),
         src_gid: rx.src_gid,
         dst_gid: rx.dst_gid,
-        ip_len: rx.ip_header.len() + UDP_HLEN + rx.udp_payload.len(),
+        ip_len: base + rx.udp_payload_len,
     })
 }
 
@@ -215,15 +255,15 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
             }
         }
     }
-    if skb.to_ip_packet().is_err() {
-        Counters::inc(&c.rx_malformed);
+    let in_frags = !skb.is_linear() && payload_in_frags(&skb, glance.as_ref());
+    if !prepare(c, &mut skb, in_frags) {
         return;
     }
-    let Some(rx) = ip_udp(c, skb.roce_headers()) else {
+    let Some((rx, at)) = ip_udp(c, &skb, in_frags) else {
         return;
     };
     let mut h = None;
-    let Some(p) = decode(c, port, &rx, &mut h) else {
+    let Some(p) = decode(c, port, &skb, (&rx, at), &mut h) else {
         return;
     };
     if glance.is_none() {
@@ -244,10 +284,9 @@ fn deliver(
     if !p.icrc_ok(skb, c) {
         return;
     }
-    let data = skb.data();
-    let pm = p.path_match(data);
+    let pm = p.path_match(skb.data());
     if p.dest_qp == MULTICAST_QPN {
-        multicast(dev, p.port, &p.dst_gid, p.payload(h, data), &pm, p.ip_len);
+        multicast(dev, p.port, &p.dst_gid, p.payload(h, skb), &pm, p.ip_len);
         return;
     }
     let Some(qp) = qp else {
@@ -255,7 +294,7 @@ fn deliver(
         return;
     };
     count_rcvd(c, p.ip_len);
-    match (p.payload(h, data), p.raw) {
+    match (p.payload(h, skb), p.raw) {
         (Ok((h, payload)), _) => qp.receive(h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
         (Err(_), None) => {}
@@ -268,17 +307,10 @@ fn deliver(
 pub(crate) struct Checked {
     /// The transport headers.
     pub(crate) h: Headers,
-    /// Where the payload lies in the skb's data.
-    payload: Range<usize>,
+    /// Where the payload lies in the skb's data (in its linear part or its fragments).
+    pub(crate) payload: Range<usize>,
     /// The path it arrived on.
     pub(crate) pm: PathMatch,
-}
-
-impl Checked {
-    /// The payload, in the skb this was parsed from (its data unchanged since).
-    pub(crate) fn payload<'a>(&self, skb: &'a Skb) -> &'a [u8] {
-        skb.data().get(self.payload.clone()).unwrap_or(&[])
-    }
 }
 
 /// A packet taken from a QP's receive queue, for that QP: its headers decoded and its ICRC
@@ -292,11 +324,18 @@ pub(crate) fn queued(dev: &DevShared, skb: &mut Skb, slot: &mut Option<Checked>)
     let Some((port, _)) = port_of(dev, skb, true) else {
         return;
     };
-    let Some(rx) = ip_udp(c, skb.parse_roce_headers()) else {
+    let in_frags = !skb.is_linear() && skb.to_network_header().is_ok() && {
+        let g = skb.glance();
+        payload_in_frags(skb, g.as_ref())
+    };
+    if !prepare(c, skb, in_frags) {
+        return;
+    }
+    let Some((rx, icrc)) = ip_udp(c, skb, in_frags) else {
         return;
     };
-    let Ok(bth) = Bth::decode(rx.udp_payload) else {
-        count_bad(c, &rx);
+    let Ok(bth) = Bth::decode(rx.udp_payload_head) else {
+        count_bad(c, skb, &icrc);
         return;
     };
     let checked = slot.insert(Checked {
@@ -304,21 +343,23 @@ pub(crate) fn queued(dev: &DevShared, skb: &mut Skb, slot: &mut Option<Checked>)
         payload: 0..0,
         pm: path_match(port, rx.src_gid, rx.dst_gid, rx.ip_header),
     });
-    let Ok(range) = checked.h.decode_after_bth(rx.udp_payload) else {
-        count_bad(c, &rx);
+    let Ok(range) = checked
+        .h
+        .decode_after_bth_of_prefix(rx.udp_payload_head, rx.udp_payload_len)
+    else {
+        count_bad(c, skb, &icrc);
         *slot = None;
         return;
     };
     let base = rx.ip_header.len() + UDP_HLEN;
-    let icrc = rx.icrc_at();
-    let ip_len = base + rx.udp_payload.len();
+    let ip_len = base + rx.udp_payload_len;
     let payload = range.start + base..range.end + base;
     if !skb.icrc_ok(&icrc) {
         Counters::inc(&c.icrc_errors);
         *slot = None;
         return;
     }
-    if skb.data().len() < payload.end {
+    if skb.len() < payload.end {
         Counters::inc(&c.rx_malformed);
         *slot = None;
         return;
@@ -339,8 +380,8 @@ fn path_match(port: u8, sgid: [u8; 16], dgid: [u8; 16], ip_header: &[u8]) -> Pat
 
 /// Counts a packet whose transport headers do not decode as what it most likely is: a
 /// corrupted packet (its ICRC is wrong) or a malformed one.
-fn count_bad(c: &Counters, rx: &RoceRx<'_>) {
-    if rx.icrc_ok() {
+fn count_bad(c: &Counters, skb: &Skb, icrc: &IcrcAt) {
+    if skb.icrc_ok_in_pieces(icrc) {
         Counters::inc(&c.rx_malformed);
     } else {
         Counters::inc(&c.icrc_errors);
@@ -359,7 +400,7 @@ fn multicast(
     dev: &DevShared,
     port: u8,
     group: &[u8; 16],
-    decoded: Result<(&Headers, &[u8]), DecodeError>,
+    decoded: Result<(&Headers, Payload<'_>), DecodeError>,
     pm: &PathMatch,
     len: usize,
 ) {

@@ -5,6 +5,7 @@
 
 pub mod ah;
 pub mod attrs;
+pub mod copy_src;
 pub mod cq;
 pub mod device;
 pub mod link;

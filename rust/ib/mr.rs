@@ -16,6 +16,7 @@
 //! rdma_rxe: a ULP names only memory it owns, and keeps it alive while the MR or the fast
 //! registration that maps it is valid.
 
+use super::copy_src::CopySrc;
 use super::{
     device::Device,
     pd::{Pd, PdVerbs},
@@ -412,10 +413,10 @@ impl KernelMemory {
     }
 
     /// Copies `data` to kernel virtual address `va`. Never sleeps.
-    pub fn write(&self, va: u64, data: &[u8]) -> Result {
+    pub fn write(&self, va: u64, data: &(impl CopySrc + ?Sized)) -> Result {
         check_kva(va, data.len())?;
-        // SAFETY: as in `read`.
-        unsafe { kcopy(va as usize as *mut u8, data.as_ptr(), data.len()) };
+        // SAFETY: as in `read`; the copy is all of `data`.
+        unsafe { data.copy_to(0, va as usize as *mut u8, data.len()) };
         Ok(())
     }
 
@@ -557,13 +558,12 @@ impl PageList {
 
     /// Copies `data` to position `pos`. Never sleeps; nothing is written if the range is not
     /// mapped (`ERANGE`).
-    pub fn write(&self, pos: u64, data: &[u8]) -> Result {
+    pub fn write(&self, pos: u64, data: &(impl CopySrc + ?Sized)) -> Result {
         // Check everything first so that a failure writes nothing.
         self.walk(pos, data.len(), |_, _, _| ())?;
-        let src = data.as_ptr();
         self.walk(pos, data.len(), |kva, done, len| {
-            // SAFETY: as in `read`, the other way round.
-            unsafe { kcopy(kva as usize as *mut u8, src.add(done), len) }
+            // SAFETY: as in `read`, the other way round; `walk` visits pieces of `data`.
+            unsafe { data.copy_to(done, kva as usize as *mut u8, len) }
         })
     }
 

@@ -14,6 +14,7 @@
 //! - [`OdpPin`], the registration. Dropping it waits until the [`OdpPages`] half is gone, then
 //!   removes the notifier and frees the table (process context only, may sleep).
 
+use super::copy_src::CopySrc;
 use super::device::{Device, IbDriver};
 use crate::bindings as b;
 use crate::net::fill::Fill;
@@ -168,7 +169,25 @@ impl OdpPages {
     }
 
     /// Copies `data` to position `pos`. Never sleeps.
-    pub fn write(&self, pos: u64, data: &[u8]) -> Result<(), OdpError> {
+    pub fn write(&self, pos: u64, data: &(impl CopySrc + ?Sized)) -> Result<(), OdpError> {
+        if let Some(s) = data.as_slice() {
+            return self.write_slice(pos, s);
+        }
+        // Bytes that are no slice go through a bounce buffer, a piece at a time (a copy that
+        // stops part way is repeated in full once the memory is resident).
+        let mut buf = [0u8; 256];
+        let mut done = 0;
+        while done < data.len() {
+            let n = (data.len() - done).min(buf.len());
+            // SAFETY: `buf` takes `n` bytes, and `done + n` lies inside `data`.
+            unsafe { data.copy_to(done, buf.as_mut_ptr(), n) };
+            self.write_slice(pos + done as u64, buf.get(..n).ok_or(OdpError::Invalid)?)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write_slice(&self, pos: u64, data: &[u8]) -> Result<(), OdpError> {
         // SAFETY: `raw` is live (type invariant); `data` is valid for `data.len()` bytes and
         // only read (the C side copies from it when `to_mr` is true).
         copy_result(unsafe {

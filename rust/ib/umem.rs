@@ -13,6 +13,7 @@
 //!   process context, never under a spinlock, and never while the same thread still owns the
 //!   matching [`UmemPages`] (that would wait forever).
 
+use super::copy_src::CopySrc;
 use super::device::{Device, IbDriver};
 use crate::bindings as b;
 use crate::net::fill::Fill;
@@ -257,12 +258,18 @@ impl UmemPages {
 
     /// Copies `data` to position `pos`; nothing is written if the range is not inside the memory
     /// (`ERANGE`). Never sleeps.
-    pub fn write(&self, pos: u64, data: &[u8]) -> Result {
+    pub fn write(&self, pos: u64, data: &(impl CopySrc + ?Sized)) -> Result {
         let abs = self.abs(pos, data.len())?;
-        let src = data.as_ptr();
         for_each_block(abs, data.len(), PAGE_SIZE, |i, off, done, len| {
-            // SAFETY: `src + done` is valid for `len` bytes of `data`; races as in `read`.
-            unsafe { self.page(i)?.write_raw(src.add(done), off, len) }
+            let page = self.page(i)?;
+            // SAFETY: the page is pinned (type invariant).
+            let va = unsafe { b::kmap_local_page(page.as_ptr()) };
+            // SAFETY: `va + off` is valid for `len` bytes inside the mapped page, and
+            // `done + len` lies inside `data`; races as in `read`.
+            unsafe { data.copy_to(done, va.cast::<u8>().add(off), len) };
+            // SAFETY: `va` was mapped above, and is the last mapping of this thread.
+            unsafe { b::kunmap_local(va) };
+            Ok(())
         })
     }
 

@@ -10,7 +10,7 @@ mod tests {
     use crate::net::fill::Fill;
     use crate::net::netdev::NetDevRef;
     use crate::net::roce::{self, RoceRxError, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
-    use crate::net::skb::{Skb, SkbQueue};
+    use crate::net::skb::{Skb, SkbBytes, SkbQueue};
     use crate::net::{tx, udp_tunnel};
     use crate::rvcore::{icrc, psn::Psn, wire};
     use core::mem::MaybeUninit;
@@ -632,7 +632,8 @@ mod tests {
 
     /// A payload by reference builds the packet a copied payload builds: two pieces of one
     /// page and a pad of 3, over IPv4 and IPv6 on `lo`. The paged skb glances as the copied one
-    /// does, and once linear holds the same bytes (the ICRC included) and parses. A KUnit skip
+    /// does, is read where it lies ([`check_paged_receive`]), and once linear holds the same
+    /// bytes (the ICRC included) and parses. A KUnit skip
     /// as [`send_and_receive_on_lo`].
     #[test]
     fn paged_build_matches_copied() {
@@ -693,10 +694,53 @@ mod tests {
             assert_eq!(paged.len(), copied.len());
             assert!(copied.glance().is_some());
             assert_eq!(paged.glance(), copied.glance());
+            check_paged_receive(&paged, &copied, &page);
             assert!(paged.linearize().is_ok());
             assert!(paged.data() == copied.data());
             assert!(paged.parse_roce().is_ok());
         }
+    }
+
+    /// The receive side of a packet whose payload lies in fragments (`paged`, sending from
+    /// `page`), without making it linear: it parses from its linear part as the copied one
+    /// does, its ICRC checks over the pieces (and fails once a payload byte in the page
+    /// changes), and its payload copies out of the fragments byte for byte.
+    fn check_paged_receive(paged: &Skb, copied: &Skb, page: &Page) {
+        let g = paged.glance();
+        assert!(g.is_some_and(|g| paged.headers_linear(&g)));
+        assert!(!paged.is_linear() && copied.is_linear());
+        let head = paged.roce_head();
+        let whole = copied.roce_headers();
+        assert!(head.is_ok() && whole.is_ok());
+        let (Ok(head), Ok(whole)) = (head, whole) else {
+            return;
+        };
+        let whole = roce::RoceHead::of(&whole);
+        assert_eq!(
+            (head.ipv4, head.ip_header, head.src_gid, head.dst_gid),
+            (whole.ipv4, whole.ip_header, whole.src_gid, whole.dst_gid)
+        );
+        assert_eq!(head.udp_payload_len, whole.udp_payload_len);
+        let at = roce::IcrcAt::of_head(&head);
+        assert!(paged.icrc_ok_in_pieces(&at));
+        // The payload, after the IP, UDP and BT headers.
+        let start = head.ip_header.len() + UDP_HLEN + 12;
+        let range = start..start + 2021;
+        let bytes = SkbBytes::new(paged, range.clone());
+        assert!(bytes.is_some_and(|b| b.linear().is_none()));
+        let mut out = KVec::new();
+        assert!(out.extend_with(2021, 0u8, GFP_KERNEL).is_ok());
+        assert!(bytes.is_some_and(|b| b.copy_out(&mut out).is_ok()));
+        assert!(copied.data().get(range) == Some(&out[..]));
+        // A payload byte changed in the page: the ICRC no longer matches.
+        let flip = [page_byte(150) ^ 0x40];
+        // SAFETY: `flip` is valid for its length; the page is ours.
+        assert!(unsafe { page.write_raw(flip.as_ptr(), 150, 1) }.is_ok());
+        assert!(!paged.icrc_ok_in_pieces(&at));
+        let back = [page_byte(150)];
+        // SAFETY: as above.
+        assert!(unsafe { page.write_raw(back.as_ptr(), 150, 1) }.is_ok());
+        assert!(paged.icrc_ok_in_pieces(&at));
     }
 
     /// The namespace's exit releases its sockets while a `TunnelRef` still exists: the ref then

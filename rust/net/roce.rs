@@ -64,7 +64,7 @@ impl RoceRx<'_> {
         IcrcAt {
             ipv4: self.ipv4,
             at: self.ip_header.len() + UDP_HLEN + self.transport.len(),
-            icrc: self.icrc,
+            icrc: Some(self.icrc),
         }
     }
 }
@@ -77,10 +77,51 @@ pub struct IcrcAt {
     /// Offset of the ICRC from the IP header: the IP, UDP and transport headers and payload
     /// come before it.
     at: usize,
-    icrc: u32,
+    icrc: Option<u32>,
 }
 
 impl IcrcAt {
+    /// Where the ICRC of a packet [`parse_ip_head`] parsed lies; its value is read from the
+    /// packet when checked ([`IcrcAt::value`] is `None`).
+    pub fn of_head(h: &RoceHead<'_>) -> Self {
+        IcrcAt {
+            ipv4: h.ipv4,
+            at: h.ip_header.len() + UDP_HLEN + h.udp_payload_len - ICRC_LEN,
+            icrc: None,
+        }
+    }
+
+    /// Whether the packet came over IPv4.
+    pub fn ipv4(&self) -> bool {
+        self.ipv4
+    }
+
+    /// Offset of the ICRC from the IP header.
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    /// The ICRC the packet carries, when it was read at parsing.
+    pub fn value(&self) -> Option<u32> {
+        self.icrc
+    }
+
+    /// The running `crc32_le` of the ICRC over the packet's first bytes, those in `head` (from
+    /// the IP header; at least the IP, UDP and BT headers), up to the ICRC at most, and how many
+    /// bytes that covers: the rest, before the ICRC, lies elsewhere ([`icrc_state`]).
+    pub fn state_of_head(&self, head: &[u8]) -> Option<(u32, usize)> {
+        let ip_hlen = if self.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
+        let ip = if self.ipv4 {
+            IpHeader::V4(head.get(..IPV4_HLEN)?.try_into().ok()?)
+        } else {
+            IpHeader::V6(head.get(..IPV6_HLEN)?.try_into().ok()?)
+        };
+        let udp = head.get(ip_hlen..ip_hlen + UDP_HLEN)?.try_into().ok()?;
+        let end = head.len().min(self.at);
+        let state = icrc_state(ip, udp, head.get(ip_hlen + UDP_HLEN..end)?)?;
+        Some((state, end))
+    }
+
     /// Whether the ICRC of the packet in `pkt` is right (the headers masked in copies).
     pub fn check(&self, pkt: &[u8]) -> bool {
         let ip_hlen = if self.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
@@ -97,7 +138,9 @@ impl IcrcAt {
             .get(ip_hlen..ip_hlen + UDP_HLEN)
             .and_then(|u| u.try_into().ok());
         match (ip, udp, pkt.get(ip_hlen + UDP_HLEN..self.at)) {
-            (Some(ip), Some(udp), Some(t)) => compute_icrc(ip, udp, t) == Some(self.icrc),
+            (Some(ip), Some(udp), Some(t)) => {
+                self.icrc.is_some() && compute_icrc(ip, udp, t) == self.icrc
+            }
             _ => false,
         }
     }
@@ -107,7 +150,7 @@ impl IcrcAt {
     pub fn check_in_place(&self, pkt: &mut [u8]) -> bool {
         pkt.get_mut(..self.at)
             .and_then(|p| compute_icrc_in_place(p, self.ipv4))
-            == Some(self.icrc)
+            .is_some_and(|c| Some(c) == self.icrc)
     }
 }
 
@@ -127,11 +170,17 @@ pub enum RoceRxError {
 /// an FPU section of its own), then the rest of `transport` (BTH up to, excluding, the ICRC).
 /// `None` when `transport` is shorter than a BTH.
 pub fn compute_icrc(ip: icrc::IpHeader<'_>, udp: &[u8; UDP_HLEN], transport: &[u8]) -> Option<u32> {
+    icrc_state(ip, udp, transport).map(|s| !s)
+}
+
+/// The running `crc32_le` of [`compute_icrc`] over `transport`, the first bytes of a packet's
+/// transport (at least its BTH): to continue over the bytes that follow elsewhere (a payload
+/// in pages), the ICRC then being its complement.
+pub fn icrc_state(ip: icrc::IpHeader<'_>, udp: &[u8; UDP_HLEN], transport: &[u8]) -> Option<u32> {
     let bth: &[u8; icrc::BTH_LEN] = transport.get(..icrc::BTH_LEN)?.try_into().ok()?;
     let prefix = icrc::MaskedPrefix::new(ip, udp, bth);
     let s = crc32_le(icrc::ICRC_SEED, prefix.as_bytes());
-    let s = crc32_le(s, transport.get(icrc::BTH_LEN..)?);
-    Some(!s)
+    Some(crc32_le(s, transport.get(icrc::BTH_LEN..)?))
 }
 
 /// [`compute_icrc`] of a packet laid out in one writable buffer from its IP header up to
@@ -152,6 +201,60 @@ pub fn icrc_state_in_place(pkt: &mut [u8], ipv4: bool) -> Option<u32> {
     Some(crc)
 }
 
+/// The headers of a received RoCEv2 packet whose payload may lie elsewhere (in an skb's
+/// fragments), as [`parse_ip_head`] parses them from the first bytes of the packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoceHead<'a> {
+    /// The packet came over IPv4 (else IPv6).
+    pub ipv4: bool,
+    /// The IP header (20 bytes for IPv4, 40 for IPv6).
+    pub ip_header: &'a [u8],
+    /// The IP source address as a GID (IPv4 as `::ffff:a.b.c.d`).
+    pub src_gid: [u8; 16],
+    /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
+    pub dst_gid: [u8; 16],
+    /// The first bytes of the UDP payload (from the BTH), as many as the head holds of it.
+    pub udp_payload_head: &'a [u8],
+    /// The length of the whole UDP payload (BTH to ICRC).
+    pub udp_payload_len: usize,
+}
+
+impl<'a> RoceHead<'a> {
+    /// The head of a packet parsed whole.
+    pub fn of(rx: &RoceRx<'a>) -> Self {
+        RoceHead {
+            ipv4: rx.ipv4,
+            ip_header: rx.ip_header,
+            src_gid: rx.src_gid,
+            dst_gid: rx.dst_gid,
+            udp_payload_head: rx.udp_payload,
+            udp_payload_len: rx.udp_payload.len(),
+        }
+    }
+}
+
+/// Parses the IP and UDP headers of a RoCEv2 packet of `pkt_len` bytes of which `head` holds
+/// the first, from its IP header: [`parse_ip_headers`] for a packet whose payload lies
+/// elsewhere. The ICRC is not read ([`IcrcAt::of_head`]).
+pub fn parse_ip_head(head: &[u8], pkt_len: usize) -> Result<RoceHead<'_>, RoceRxError> {
+    let h = ip_udp::parse_head(head, pkt_len).map_err(RoceRxError::Malformed)?;
+    let udp_payload_len = h.udp_payload.len();
+    let udp_payload_head = head
+        .get(h.udp_payload.start..h.udp_payload.end.min(head.len()))
+        .unwrap_or(&[]);
+    Ok(RoceHead {
+        ipv4: h.is_ipv4(),
+        ip_header: match h.ip {
+            IpHeader::V4(h) => &h[..],
+            IpHeader::V6(h) => &h[..],
+        },
+        src_gid: h.src_gid,
+        dst_gid: h.dst_gid,
+        udp_payload_head,
+        udp_payload_len,
+    })
+}
+
 /// Parses a RoCEv2 packet that starts at its IP header (the shapes
 /// [`ip_udp::parse`](crate::rvcore::wire::ip_udp::parse) accepts) and checks its ICRC with the
 /// kernel's `crc32_le`. Bytes after the IP datagram (link padding) are ignored.
@@ -169,18 +272,18 @@ pub fn parse_ip_headers(pkt: &[u8]) -> Result<RoceRx<'_>, RoceRxError> {
     let p = ip_udp::parse(pkt).map_err(RoceRxError::Malformed)?;
     Ok(RoceRx {
         ipv4: p.is_ipv4(),
-        ip_header: match p.ip {
+        ip_header: match p.head.ip {
             IpHeader::V4(h) => &h[..],
             IpHeader::V6(h) => &h[..],
         },
-        src_gid: p.src_gid,
-        dst_gid: p.dst_gid,
-        tclass: p.tclass,
-        ttl: p.ttl,
+        src_gid: p.head.src_gid,
+        dst_gid: p.head.dst_gid,
+        tclass: p.head.tclass,
+        ttl: p.head.ttl,
         transport: p.transport,
         udp_payload: p.udp_payload,
-        ip: p.ip,
-        udp: p.udp,
+        ip: p.head.ip,
+        udp: p.head.udp,
         icrc: p.icrc,
     })
 }

@@ -4,8 +4,10 @@
 
 use super::fill::Fill;
 use super::netdev::NetDev;
-use super::roce::{self, IcrcAt, RoceRx, RoceRxError};
+use super::roce::{self, IcrcAt, RoceHead, RoceRx, RoceRxError};
 use crate::bindings as b;
+use crate::ib::copy_src::CopySrc;
+use crate::rvcore::icrc;
 use crate::rvcore::wire::{ip_udp, Glance};
 use core::{mem::MaybeUninit, ptr::NonNull};
 use kernel::{page::Page, prelude::*, types::Opaque};
@@ -383,7 +385,10 @@ impl Skb {
     /// Makes a received packet linear and moves `skb->data` back to the network header, for
     /// [`Skb::roce_udp_payload`] and [`Skb::roce_headers`].
     pub fn to_ip_packet(&mut self) -> Result {
-        self.linearize()?;
+        // Most packets are linear already: no call out for them.
+        if !self.is_linear() {
+            self.linearize()?;
+        }
         self.push_to_network_header()
     }
 
@@ -400,14 +405,139 @@ impl Skb {
         crate::rvcore::wire::ip_udp::udp_payload(self.data())
     }
 
-    /// Whether the ICRC of a packet [`Skb::parse_roce_headers`] parsed (`at`: where it lies) is
-    /// right: in one `crc32_le` call over the packet, masked in place, unless a clone shares
-    /// the data.
+    /// Whether the ICRC of a packet [`Skb::parse_roce_headers`] or [`Skb::roce_head`] parsed
+    /// (`at`: where it lies) is right: for a linear packet in one `crc32_le` call over it,
+    /// masked in place unless a clone shares the data; else [`Skb::icrc_ok_in_pieces`].
     pub fn icrc_ok(&mut self, at: &IcrcAt) -> bool {
+        if !self.is_linear() {
+            return self.icrc_ok_in_pieces(at);
+        }
         match self.data_mut() {
             Some(pkt) => at.check_in_place(pkt),
             None => at.check(self.data()),
         }
+    }
+
+    /// [`Skb::icrc_ok`] without writing the packet: over the linear part, then the fragments
+    /// up to the ICRC, which is read where it lies.
+    pub fn icrc_ok_in_pieces(&self, at: &IcrcAt) -> bool {
+        if self.is_linear() && at.value().is_some() {
+            return at.check(self.data());
+        }
+        let Some((mut state, covered)) = at.state_of_head(self.data()) else {
+            return false;
+        };
+        if covered < at.at() {
+            if covered != self.headlen() || self.has_frag_list() {
+                return false;
+            }
+            let Ok(n) = u32::try_from(at.at() - covered) else {
+                return false;
+            };
+            // SAFETY: the skb is live; its fragments' pages are held by it while it is borrowed.
+            state = unsafe { b::rvr_skb_frags_crc32_le(self.as_raw(), state, n) };
+        }
+        let mut wire = [0u8; roce::ICRC_LEN];
+        if self.copy_bits(at.at(), &mut wire).is_err() {
+            return false;
+        }
+        !state == icrc::from_wire(wire)
+    }
+
+    /// Whether a packet [`Skb::to_network_header`] prepared, whose glance is `g`, holds its
+    /// IP, UDP and transport headers in its linear part, and the rest in page fragments only
+    /// (no list of further skbs): what [`Skb::roce_head`] and [`SkbBytes`] need.
+    pub fn headers_linear(&self, g: &Glance) -> bool {
+        let Some(span) = ip_udp::udp_payload_span(self.data()) else {
+            return false;
+        };
+        span.start + g.opcode.info().header_len <= self.headlen() && !self.has_frag_list()
+    }
+
+    /// Whether every byte is in the linear part (`!skb_is_nonlinear`).
+    pub fn is_linear(&self) -> bool {
+        self.fields().data_len == 0
+    }
+
+    /// Whether the packet continues in a list of further skbs (`skb_has_frag_list`).
+    pub fn has_frag_list(&self) -> bool {
+        // SAFETY: the skb is live.
+        unsafe { b::rvr_skb_has_frag_list(self.as_raw()) }
+    }
+
+    /// Copies the bytes starting `off` bytes after `skb->data` to `dst`, wherever they lie
+    /// (`skb_copy_bits`); `EFAULT` when the packet is shorter.
+    pub fn copy_bits(&self, off: usize, dst: &mut [u8]) -> Result {
+        let (Ok(off), Ok(len)) = (u32::try_from(off), u32::try_from(dst.len())) else {
+            return Err(EFAULT);
+        };
+        // SAFETY: the skb is live; `dst` is valid for `len` bytes of writes.
+        kernel::error::to_result(unsafe {
+            b::rvr_skb_copy_bits(self.as_raw(), off, dst.as_mut_ptr().cast(), len)
+        })
+    }
+
+    /// The IP and UDP headers of a packet [`Skb::to_network_header`] has prepared, parsed from
+    /// its linear part, which must hold them; the payload may lie in fragments. The ICRC is
+    /// checked later ([`Skb::icrc_ok`] with [`IcrcAt::of_head`]).
+    pub fn roce_head(&self) -> Result<RoceHead<'_>, RoceRxError> {
+        roce::parse_ip_head(self.data(), self.len())
+    }
+}
+
+/// Bytes of a received packet wherever they lie, linear part or fragments: `len` bytes from
+/// `off` bytes after `skb->data`. A payload left in the pages it arrived in is copied out of
+/// them ([`CopySrc`]) and never lent as a slice (their owner may write them at any time).
+#[derive(Clone, Copy)]
+pub struct SkbBytes<'a> {
+    skb: &'a Skb,
+    off: usize,
+    len: usize,
+}
+
+impl<'a> SkbBytes<'a> {
+    /// The bytes `range` (offsets from `skb->data`); `None` past the packet's end.
+    pub fn new(skb: &'a Skb, range: core::ops::Range<usize>) -> Option<Self> {
+        if range.start > range.end || range.end > skb.len() {
+            return None;
+        }
+        Some(Self {
+            skb,
+            off: range.start,
+            len: range.end - range.start,
+        })
+    }
+
+    /// Copies the bytes to `dst`, which must be as long (`EINVAL` otherwise).
+    pub fn copy_out(&self, dst: &mut [u8]) -> Result {
+        if dst.len() != self.len {
+            return Err(EINVAL);
+        }
+        self.skb.copy_bits(self.off, dst)
+    }
+
+    /// The bytes as a slice when they lie in the linear part.
+    pub fn linear(&self) -> Option<&'a [u8]> {
+        self.skb.data().get(self.off..self.off + self.len)
+    }
+}
+
+impl CopySrc for SkbBytes<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_slice(&self) -> Option<&[u8]> {
+        self.linear()
+    }
+
+    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) {
+        // `at + n <= len` (caller) and `off + len <= skb.len()` (`new`): the copy cannot fail.
+        let (Ok(off), Ok(n)) = (u32::try_from(self.off + at), u32::try_from(n)) else {
+            return;
+        };
+        // SAFETY: the skb is live; `dst` is valid for `n` bytes of writes (caller).
+        let _ = unsafe { b::rvr_skb_copy_bits(self.skb.as_raw(), off, dst.cast(), n) };
     }
 }
 

@@ -38,6 +38,8 @@ queued() { link_stat "${DUT}$1" rx_queued_pkts; }
 bursts() { link_stat "${DUT}$1" tx_burst_pkts; }
 # paged N: packets device N sent with their payload by reference so far.
 paged() { link_stat "${DUT}$1" tx_paged_pkts; }
+# rx_paged N: packets device N received and read in their fragments, never made linear.
+rx_paged() { link_stat "${DUT}$1" rx_paged_pkts; }
 # switches VALUE: rx_spread, tx_burst and tx_paged set to VALUE on both devices.
 switches() {
 	local d sw
@@ -48,7 +50,7 @@ switches() {
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((6 + 6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((7 + 6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -66,15 +68,18 @@ main() {
 	check "tx_burst: both devices sent packets in bursts" eval '[ "$(bursts 0)" -gt 0 ] && [ "$(bursts 1)" -gt 0 ]'
 	check "tx_paged: both devices sent payloads by reference to the user's pages" \
 		eval '[ "$(paged 0)" -gt 0 ] && [ "$(paged 1)" -gt 0 ]'
+	check "rx_paged_pkts: both devices read such payloads where they lay, in the fragments" \
+		eval '[ "$(rx_paged 0)" -gt 0 ] && [ "$(rx_paged 1)" -gt 0 ]'
 	local before sent by_ref
 	before=$(($(queued 0) + $(queued 1))) sent=$(($(bursts 0) + $(bursts 1)))
-	by_ref=$(($(paged 0) + $(paged 1)))
+	by_ref=$(($(paged 0) + $(paged 1) + $(rx_paged 0) + $(rx_paged 1)))
 	switches 0
 	traffic_check "traffic.py with rx_spread, tx_burst and tx_paged off on both devices: data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 1024 --random 4
 	check "rx_spread off: nothing was queued" eval '[ "$(($(queued 0) + $(queued 1)))" -eq "$before" ]'
 	check "tx_burst off: nothing left in a burst" eval '[ "$(($(bursts 0) + $(bursts 1)))" -eq "$sent" ]'
-	check "tx_paged off: every payload was copied" eval '[ "$(($(paged 0) + $(paged 1)))" -eq "$by_ref" ]'
+	check "tx_paged off: every payload was copied, none arrived in fragments" \
+		eval '[ "$(($(paged 0) + $(paged 1) + $(rx_paged 0) + $(rx_paged 1)))" -eq "$by_ref" ]'
 	switches 1
 	# A queue keeps room for just the QP's max_send_sge/max_recv_sge elements a WR, the slots'
 	# lists side by side: WRs that fill the room must not spill into the next slot's.

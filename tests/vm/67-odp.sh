@@ -3,22 +3,27 @@
 # with an ODP MR over its own anonymous mapping, RC between them. Send, RDMA Write, RDMA Read and
 # fetch-and-add, each compared byte for byte through the mappings, after the pages were taken
 # away (madvise(MADV_DONTNEED), munmap + mmap at the same address) so that every transfer faults
-# again and must see the process's current pages; ibv_advise_mr prefetches (mincore shows
-# what was faulted in) and refuses a bad lkey or range; a write into a range unmapped for
-# good is a remote access error. Last, the devices counted the faults they handled.
+# again and must see the process's current pages; a Send and a Write from pinned memory, sent by
+# reference to its pages (tx_paged on) and copied from the packets' fragments into the faulted
+# ODP target; ibv_advise_mr prefetches (mincore shows what was faulted in) and refuses a bad lkey
+# or range; a write into a range unmapped for good is a remote access error. Last, the devices
+# counted the faults they handled and the payloads read in fragments.
 . "$(dirname "$0")/lib.sh"
 
-POINTS=9
+POINTS=10
 
 main() {
 	ktap_print_header
 	if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
-		ktap_set_plan $((POINTS + 2))
+		ktap_set_plan $((POINTS + 3))
 	else
 		ktap_set_plan $((POINTS + 1))
 	fi
 	dut_setup 1
 	pair_up
+	if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
+		echo 1 >"/sys/class/infiniband/${DUT}0/tx_paged" || diag "cannot turn tx_paged on"
+	fi
 	run_points "$POINTS" "odp.py $RVRDMA_LINK_TYPE -> $RVRDMA_LINK_TYPE" timeout 300 \
 		"$PY" "$RVRDMA_TESTS_DIR/odp.py" "${DUT}0" "$GA" "${DUT}1" "$GB"
 	if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
@@ -31,6 +36,14 @@ main() {
 			ktap_test_pass "both devices faulted ODP memory in (odp_faults)"
 		else
 			ktap_test_fail "both devices faulted ODP memory in (odp_faults: $fa, $fb)"
+		fi
+		local rp
+		rp=$(link_stat "${DUT}1" rx_paged_pkts)
+		diag "tx_paged_pkts: ${DUT}0 $(link_stat "${DUT}0" tx_paged_pkts)"
+		if [ "${rp:-0}" -gt 0 ]; then
+			ktap_test_pass "${DUT}1 copied payloads from packet fragments into ODP memory (rx_paged_pkts $rp)"
+		else
+			ktap_test_fail "${DUT}1 copied payloads from packet fragments into ODP memory (rx_paged_pkts ${rp:-none})"
 		fi
 	fi
 	ktap_finished

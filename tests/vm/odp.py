@@ -21,7 +21,7 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rcpair import Dev, Qp  # noqa: E402
 
-POINTS = 9
+POINTS = 10
 SIZE = 65536
 MSG = 8192
 ODP = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ |
@@ -116,6 +116,42 @@ def rdma(c, s, opcode, what):
     wr.set_wr_rdma(s.mr.rkey, s.buf)
     c.qp.qp.post_send(wr)
     return c.poll(what)
+
+
+def held_points(c, s):
+    """A Send and an RDMA Write from pinned memory (which rvrdma sends by reference to its pages
+    when the shell turned tx_paged on) into ODP memory whose pages went: the receiver copies
+    such a payload from the packet's fragments, faulting the target in first."""
+    pinned = MR(c.dev.pd, MSG, e.IBV_ACCESS_LOCAL_WRITE)
+    pinned.write(pattern(5), MSG)
+    # New QPs: one whose payloads came from ODP memory copies its next ones without trying.
+    qc, qs = Qp(c.dev, depth=16), Qp(s.dev, depth=16)
+    qp_access = ODP & ~e.IBV_ACCESS_ON_DEMAND
+    qc.connect(qs, access=qp_access)
+    qs.connect(qc, access=qp_access)
+    dontneed(s.buf)
+    qs.qp.post_recv(RecvWR(num_sge=1, sg=[SGE(s.buf, MSG, s.mr.lkey)]))
+    qc.qp.post_send(SendWR(opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(pinned.buf, MSG, pinned.lkey)]))
+    wc, wr = qc.poll(20.0), qs.poll(20.0)
+    if wc is None or wr is None:
+        raise RuntimeError("pinned send: no completion within 20 s")
+    got_send = get(s.buf, MSG)
+    pinned.write(pattern(6), MSG)
+    dontneed(s.buf)
+    w = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(pinned.buf, MSG, pinned.lkey)])
+    w.set_wr_rdma(s.mr.rkey, s.buf)
+    qc.qp.post_send(w)
+    wc2 = qc.poll(20.0)
+    if wc2 is None:
+        raise RuntimeError("pinned write: no completion within 20 s")
+    got_write = get(s.buf, MSG)
+    ok = (wc.status == 0 and wr.status == 0 and got_send == pattern(5) and wc2.status == 0 and
+          got_write == pattern(6))
+    point(ok, "Send and RDMA Write of 8 KiB from pinned memory into ODP memory after "
+          "MADV_DONTNEED of the target", "send %d/%d %s; write %d %s" %
+          (wc.status, wr.status, diff(got_send, pattern(5)), wc2.status,
+           diff(got_write, pattern(6))))
+    pinned.close()
 
 
 def caps(c):
@@ -245,6 +281,7 @@ def main():
     point(wc.status == 0 and old == 40 and now == 42, "Fetch-and-add on ODP memory after "
           "MADV_DONTNEED of both sides", "status %d, old %d, now %d" % (wc.status, old, now))
 
+    held_points(c, s)
     advise_points(dev_a)
 
     # Gone for good: the fault-in fails, and the access is a remote access error.

@@ -26,7 +26,7 @@ use rvrdma_core::apm::{PathInfo, PathMatch};
 use rvrdma_core::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcStatus,
 };
-use rvrdma_core::memory::{AtomicOp, MemError, Memory};
+use rvrdma_core::memory::{AtomicOp, MemError, Memory, RxPayload};
 use rvrdma_core::mw::BindMwParams;
 use rvrdma_core::wire::{pad_count, Headers, ICRC_LEN};
 use rvrdma_core::wqe::{RecvWr, RegMrParams, SendOpcode, SgList, Sge};
@@ -96,7 +96,13 @@ impl Memory for Shared {
         Ok(())
     }
 
-    fn scatter(&mut self, sges: &[Sge], mut offset: u32, mut data: &[u8]) -> Result<(), MemError> {
+    fn scatter(
+        &mut self,
+        sges: &[Sge],
+        mut offset: u32,
+        data: RxPayload<'_>,
+    ) -> Result<(), MemError> {
+        let mut data = data.bytes().ok_or(MemError::OutOfBounds)?;
         let mut m = self.0.borrow_mut();
         for s in sges {
             if data.is_empty() {
@@ -122,7 +128,8 @@ impl Memory for Shared {
             .map(|_| ())
     }
 
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+    fn remote_write(&mut self, rkey: u32, va: u64, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
         self.0
             .borrow_mut()
             .range(rkey, va, data.len())?
@@ -302,7 +309,7 @@ fn run(op: SendOpcode, len: u32, mtu: u8, secs: f64) -> (u64, u64, Duration) {
                 let bytes = std::mem::take(&mut outs[from].bufs[i]);
                 let (h, payload) = Headers::decode_with_payload(&bytes).expect("decodable");
                 let (q, s, o) = (&mut d.e[to].qp, &mut shared[to], &mut outs[to]);
-                q.receive(0, &h, payload, &pm, s, o);
+                q.receive(0, &h, payload.into(), &pm, s, o);
                 outs[from].bufs[i] = bytes;
             }
             // What the receiver answered is in its own buffers: it goes out on its turn.

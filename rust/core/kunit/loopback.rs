@@ -8,7 +8,7 @@ use crate::rvcore::apm::{PathInfo, PathMatch};
 use crate::rvcore::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer,
 };
-use crate::rvcore::memory::{AtomicOp, MemError, Memory};
+use crate::rvcore::memory::{AtomicOp, MemError, Memory, RxPayload};
 use crate::rvcore::mw::BindMwParams;
 use crate::rvcore::qp::{Qp, QpAttrs, QpCreate};
 use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
@@ -48,7 +48,8 @@ impl Memory for TestMem {
         Ok(())
     }
 
-    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
         let mut skip = offset as usize;
         let mut data = data;
         for s in sges {
@@ -74,7 +75,8 @@ impl Memory for TestMem {
         self.range(rkey, va, len as usize).map(|_| ())
     }
 
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+    fn remote_write(&mut self, rkey: u32, va: u64, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
         let r = self.range(rkey, va, data.len())?;
         self.0[r].copy_from_slice(data);
         Ok(())
@@ -312,7 +314,7 @@ fn pump(n: &mut [Node; 2]) -> usize {
                 };
                 if let Ok((h, payload)) = Headers::decode_with_payload(&bytes) {
                     let q = &mut n[to];
-                    q.qp.receive(0, &h, payload, &pm, &mut q.mem, &mut q.out);
+                    q.qp.receive(0, &h, payload.into(), &pm, &mut q.mem, &mut q.out);
                 }
             }
         }

@@ -4,7 +4,7 @@
 //! and RNR timers, and in-order completion of send WQEs.
 
 use crate::events::{Completion, CqKind, Outputs, Timer, WcOpcode, WcStatus};
-use crate::memory::{MemError, Memory};
+use crate::memory::{MemError, Memory, RxPayload};
 use crate::psn::{classify_ack_psn, AckPsnClass, Psn};
 use crate::requester::{
     local_ack_timeout_ns, SqLogic, SqOutcome, TxCtx, CWND_AFTER_TIMEOUT, CWND_MIN, MAX_UNACKED_PSNS,
@@ -174,7 +174,7 @@ where
         &mut self,
         now: u64,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &TxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -364,7 +364,7 @@ where
     fn on_read_response<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &TxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -474,7 +474,7 @@ where
             return SqOutcome::Ok;
         }
         let bytes = orig.orig.to_ne_bytes();
-        match mem.scatter(self.sges(c), 0, &bytes) {
+        match mem.scatter(self.sges(c), 0, RxPayload::Bytes(&bytes)) {
             Ok(()) => {}
             Err(MemError::NotPresent) => return SqOutcome::Ok,
             Err(_) => return self.complete_error(c, WcStatus::LocProtErr, ctx.qpn, out),

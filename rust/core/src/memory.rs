@@ -57,6 +57,54 @@ pub enum AtomicOp {
     },
 }
 
+/// The payload of an inbound packet as the engine sees it: bytes in hand, or bytes only the
+/// caller can reach (a received packet's payload left in the pages it arrived in, which a
+/// kernel shell cannot lend as a slice: their owner may write them at any time). The engine
+/// reads neither kind itself beyond its length, except the 8 bytes of an ATOMIC WRITE, which
+/// it needs in hand; it hands either kind to [`Memory::scatter`] and [`Memory::remote_write`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxPayload<'a> {
+    /// The bytes, in hand.
+    Bytes(&'a [u8]),
+    /// This many bytes, held by the caller's [`Memory`] for the packet being handed in.
+    Held(usize),
+}
+
+impl<'a> RxPayload<'a> {
+    /// The payload's length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Bytes(b) => b.len(),
+            Self::Held(n) => *n,
+        }
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, when they are in hand.
+    pub fn bytes(&self) -> Option<&'a [u8]> {
+        match self {
+            Self::Bytes(b) => Some(b),
+            Self::Held(_) => None,
+        }
+    }
+}
+
+impl<'a> From<&'a [u8]> for RxPayload<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        Self::Bytes(b)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [u8; N]> for RxPayload<'a> {
+    fn from(b: &'a [u8; N]) -> Self {
+        Self::Bytes(b)
+    }
+}
+
 /// Memory operations the engine needs; the kernel shell implements them over its MR table,
 /// the simulation over byte arrays.
 pub trait Memory {
@@ -65,12 +113,12 @@ pub trait Memory {
     fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError>;
     /// Copies `data` into the scatter list `sges`, starting `offset` bytes into the list.
     /// The caller guarantees `offset + data.len()` is within the list's total length.
-    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError>;
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: RxPayload<'_>) -> Result<(), MemError>;
     /// Checks that `[va, va+len)` lies inside the MR named by `rkey` and that it grants
     /// `access` (one of the `ACCESS_REMOTE_*` bits).
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError>;
     /// Writes `data` at `va` of the MR named by `rkey` (needs [`ACCESS_REMOTE_WRITE`]).
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError>;
+    fn remote_write(&mut self, rkey: u32, va: u64, data: RxPayload<'_>) -> Result<(), MemError>;
     /// Executes an atomic at `va` (8 bytes, needs [`ACCESS_REMOTE_ATOMIC`]); returns the value
     /// memory held before.
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;

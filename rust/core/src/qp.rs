@@ -19,7 +19,7 @@ use crate::apm::{
     Apm, ApmError, ApmModify, MigState, Migration, PathInfo, PathMatch, RetryExhausted, RxVerdict,
 };
 use crate::events::{AsyncEvent, CqKind, Outputs, Timer};
-use crate::memory::Memory;
+use crate::memory::{Memory, RxPayload};
 use crate::qp_state::{
     AttrMask, ModifyError, ModifyParams, PostVerdict, QpState, QpStateMachine, QpType, Transition,
 };
@@ -731,7 +731,7 @@ where
         &mut self,
         now: u64,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         arrived_on: &PathMatch,
         mem: &mut M,
         out: &mut O,

@@ -186,6 +186,56 @@ proptest! {
     }
 
     #[test]
+    fn ip_udp_parse_of_a_head_agrees_with_parse(
+        v6: bool,
+        transport in 12usize..64,
+        pad in 0usize..8,
+        cut in 0usize..8,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+        keep in any::<prop::sample::Index>(),
+    ) {
+        let bytes = roce_ip_packet(v6, transport, pad, cut, &flips);
+        let hl = if v6 { 48 } else { 28 };
+        let k = hl + keep.index(bytes.len().saturating_sub(hl) + 1);
+        let head = ip_udp::parse_head(bytes.get(..k).unwrap_or(&bytes), bytes.len());
+        match ip_udp::parse(&bytes) {
+            Ok(p) => {
+                let h = head.unwrap();
+                prop_assert_eq!(bytes.get(h.udp_payload.clone()), Some(p.udp_payload));
+                prop_assert_eq!(h, p.head);
+            }
+            Err(e) => prop_assert_eq!(head.map(|_| ()), Err(e)),
+        }
+    }
+
+    #[test]
+    fn decode_of_a_head_agrees_with_decode(
+        h in arb_headers(),
+        payload in proptest::collection::vec(any::<u8>(), 0..40),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        keep in any::<prop::sample::Index>(),
+    ) {
+        let (_, mut pkt) = build(h, &payload, [0; 4]);
+        for (i, x) in flips {
+            let n = pkt.len();
+            pkt[i.index(n)] ^= x;
+        }
+        let Ok(bth) = Bth::decode(&pkt) else {
+            return Ok(());
+        };
+        let hl = bth.opcode.info().header_len.min(pkt.len());
+        let k = hl + keep.index(pkt.len() - hl + 1);
+        let mut whole = Headers::new(bth);
+        let mut part = Headers::new(bth);
+        let a = whole.decode_after_bth(&pkt);
+        let b = part.decode_after_bth_of_prefix(&pkt[..k], pkt.len());
+        prop_assert_eq!(&a, &b);
+        if a.is_ok() {
+            prop_assert_eq!(whole, part);
+        }
+    }
+
+    #[test]
     fn wire_decode_never_panics_on_mutated_packets(
         h in arb_headers(),
         payload in proptest::collection::vec(any::<u8>(), 0..40),

@@ -28,8 +28,10 @@ mod work_delay;
 use super::counters::Counters;
 use super::cq::CqShared;
 use super::dev_shared::DevShared;
+use super::held_payload::{HeldPayload, Payload};
 use super::mr_table::{self, OdpFault, QpMemory};
 use super::srq::SrqShared;
+use crate::ib::copy_src::CopySrc;
 use crate::ib::{
     cq::WcQp,
     qp::{QpHandle, QpType as IbQpType},
@@ -37,6 +39,7 @@ use crate::ib::{
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{CqKind, Timer};
+use crate::rvcore::memory::RxPayload;
 use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
@@ -124,12 +127,19 @@ pub(crate) struct OdpWait {
 
 impl OdpWait {
     /// Keeps a copy of a packet (any context: atomic allocation); `false` if it is dropped.
-    fn keep(&mut self, h: &Headers, payload: &[u8], pm: &PathMatch) -> bool {
+    fn keep(&mut self, h: &Headers, payload: Payload<'_>, pm: &PathMatch) -> bool {
         if self.packets.len() >= MAX_DEFERRED {
             return false;
         }
         let mut copy = KVec::new();
-        if copy.extend_from_slice(payload, GFP_ATOMIC).is_err() {
+        let copied = match payload {
+            Payload::Bytes(b) => copy.extend_from_slice(b, GFP_ATOMIC).is_ok(),
+            Payload::InSkb(b) => {
+                let n = CopySrc::len(&b);
+                copy.extend_with(n, 0u8, GFP_ATOMIC).is_ok() && b.copy_out(&mut copy).is_ok()
+            }
+        };
+        if !copied {
             return false;
         }
         let p = DeferredPacket {
@@ -283,7 +293,7 @@ enum Entry<'a> {
     /// The user rang the send doorbell.
     Doorbell,
     /// A packet arrived.
-    Packet(&'a Headers, &'a [u8], &'a PathMatch),
+    Packet(&'a Headers, Payload<'a>, &'a PathMatch),
     /// Packets wait in the receive queue, and there was no memory for a batch: its work item,
     /// or with `true` the receiving CPU (the queue is full).
     RxQueue(bool),
@@ -329,7 +339,7 @@ impl QpShared {
     }
 
     /// Handles one received packet.
-    pub fn receive(self: &Arc<Self>, h: &Headers, payload: &[u8], pm: &PathMatch) {
+    pub(crate) fn receive(self: &Arc<Self>, h: &Headers, payload: Payload<'_>, pm: &PathMatch) {
         let _ = self.drive(Entry::Packet(h, payload, pm));
     }
 
@@ -485,7 +495,8 @@ impl QpShared {
                 let Ok(p) = odp.packets.remove(0) else {
                     break;
                 };
-                self.take_packet(core, &p.h, &p.payload, &p.pm, &mut mem, &mut out, now);
+                let payload = Payload::Bytes(&p.payload);
+                self.take_packet(core, &p.h, payload, &p.pm, &mut mem, &mut out, now);
                 if let Some(f) = mem.take_fault() {
                     odp.fault = Some(f);
                     // Back to the front: it keeps its place. The slot it left is free.
@@ -498,7 +509,7 @@ impl QpShared {
         if let Entry::RxBatch(batch) = entry {
             for p in batch {
                 if let Some(c) = &p.checked {
-                    let payload = c.payload(&p.skb);
+                    let payload = Payload::of(&p.skb, c.payload.clone());
                     self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
                 }
             }
@@ -526,7 +537,7 @@ impl QpShared {
             }
             super::receive::queued(&self.dev, &mut skb, &mut checked);
             if let Some(c) = &checked {
-                let payload = c.payload(&skb);
+                let payload = Payload::of(&skb, c.payload.clone());
                 self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
             }
             self.rx_done(skb);
@@ -587,7 +598,7 @@ impl QpShared {
         core: &mut CoreQp,
         odp: &mut OdpWait,
         h: &Headers,
-        payload: &[u8],
+        payload: Payload<'_>,
         pm: &PathMatch,
         mem: &mut QpMemory<'_>,
         out: &mut QpOut<'_>,
@@ -618,7 +629,7 @@ impl QpShared {
         &self,
         core: &mut CoreQp,
         h: &Headers,
-        payload: &[u8],
+        payload: Payload<'_>,
         pm: &PathMatch,
         mem: &mut QpMemory<'_>,
         out: &mut QpOut<'_>,
@@ -636,7 +647,14 @@ impl QpShared {
                 }
             }
         }
-        core.receive(now, h, payload, pm, mem, out)
+        match payload {
+            Payload::Bytes(b) => core.receive(now, h, RxPayload::Bytes(b), pm, mem, out),
+            Payload::InSkb(held) => {
+                let n = CopySrc::len(&held);
+                let mut mem = HeldPayload { mem, held };
+                core.receive(now, h, RxPayload::Held(n), pm, &mut mem, out)
+            }
+        }
     }
 
     /// Reports what the core asked for (no lock held).

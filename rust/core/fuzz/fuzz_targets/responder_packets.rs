@@ -28,7 +28,7 @@ use rvrdma_core::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcOpcode, WcStatus,
 };
 use rvrdma_core::memory::{
-    AtomicOp, MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    AtomicOp, MemError, Memory, RxPayload, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
 use rvrdma_core::psn::Psn;
@@ -205,7 +205,8 @@ impl Memory for FuzzMem {
         self.model.check_local(sges, access)
     }
 
-    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         if u64::from(offset) + data.len() as u64 > total {
             // The engine guarantees offset + len is within the list.
@@ -229,7 +230,8 @@ impl Memory for FuzzMem {
         Ok(())
     }
 
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+    fn remote_write(&mut self, rkey: u32, va: u64, data: RxPayload<'_>) -> Result<(), MemError> {
+        let data = data.bytes().ok_or(MemError::OutOfBounds)?;
         let covered = self
             .write_window
             .is_some_and(|w| window_covers(w, rkey, va, data.len() as u64));
@@ -1122,7 +1124,7 @@ impl Driver {
     fn receive(&mut self, pkt: (Headers, Vec<u8>, PathMatch)) {
         let (h, payload, on) = pkt;
         self.call(|d| {
-            d.qp.receive(d.now, &h, &payload, &on, &mut d.mem, &mut d.out)
+            d.qp.receive(d.now, &h, payload[..].into(), &on, &mut d.mem, &mut d.out)
         });
     }
 

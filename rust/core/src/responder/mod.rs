@@ -12,7 +12,7 @@
 //! themselves: the saved RDMA Read/atomic requests and the ordered response stream).
 
 use crate::apm::PathInfo;
-use crate::memory::{MemError, Memory};
+use crate::memory::{MemError, Memory, RxPayload};
 use crate::psn::Psn;
 use crate::sg_pool::{SgPool, SgStore};
 use crate::wire::{Bth, Opcode, Reth};
@@ -182,7 +182,7 @@ pub struct RxCtx<'a> {
 
 /// The payload length the length checks see: one that does not fit in 32 bits saturates, so
 /// it fails them.
-fn payload_len(payload: &[u8]) -> u32 {
+fn payload_len(payload: RxPayload<'_>) -> u32 {
     u32::try_from(payload.len()).unwrap_or(u32::MAX)
 }
 

@@ -2,7 +2,7 @@
 //! completing it and flushing the rest.
 
 use crate::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
-use crate::memory::{MemError, Memory};
+use crate::memory::{MemError, Memory, RxPayload};
 use crate::psn::{classify_request_psn, RequestPsnClass};
 use crate::sg_pool::SgStore;
 use crate::wire::{Headers, Operation};
@@ -37,7 +37,7 @@ pub(super) fn place_recv<M: Memory>(
     mem: &mut M,
     wr: &RecvRef<'_>,
     off: u32,
-    data: &[u8],
+    data: RxPayload<'_>,
 ) -> Result<u32, PlaceError> {
     let end = off.saturating_add(payload_len(data));
     if end > total_len(wr.sg).unwrap_or(0) {

@@ -4,8 +4,8 @@
 
 use crate::events::Outputs;
 use crate::memory::{
-    AtomicOp, MemError, Memory, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_REMOTE_ATOMIC,
-    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    AtomicOp, MemError, Memory, RxPayload, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT,
+    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use crate::psn::{classify_request_psn, Psn, RequestPsnClass};
 use crate::requester::npackets;
@@ -22,7 +22,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub fn on_request<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &RxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -167,7 +167,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub(super) fn on_expected<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &RxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -272,7 +272,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                     Err(_) => return self.access_error(psn, ctx, out),
                 }
                 // oA19-28: exactly 8 bytes; A19.4.2: 8-byte aligned (class C).
-                let Ok(value) = <[u8; 8]>::try_from(payload) else {
+                let Some(Ok(value)) = payload.bytes().map(<[u8; 8]>::try_from) else {
                     return self.invalid_request(psn, ctx, out);
                 };
                 if reth.dma_len != 8 || reth.va % 8 != 0 {

@@ -2,7 +2,7 @@
 //! receive completion at the end of the message.
 
 use crate::events::{Outputs, WcOpcode, WC_WITH_IMM, WC_WITH_INVALIDATE};
-use crate::memory::{MemError, Memory, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE};
+use crate::memory::{MemError, Memory, RxPayload, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE};
 use crate::sg_pool::SgStore;
 use crate::wire::Headers;
 use crate::wqe::RecvSlot;
@@ -17,7 +17,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub(super) fn on_send<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &RxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -87,7 +87,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub(super) fn on_write<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &RxCtx<'_>,
         mem: &mut M,
         out: &mut O,

@@ -2,7 +2,7 @@
 //! with a Q_Key check and a GRH area).
 
 use crate::events::{Completion, Outputs, WcOpcode, WcStatus, WC_WITH_IMM};
-use crate::memory::Memory;
+use crate::memory::{Memory, RxPayload};
 use crate::sg_pool::SgStore;
 use crate::wire::{Headers, Operation, Position};
 use crate::wqe::RecvSlot;
@@ -17,7 +17,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub(super) fn on_uc_request<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &RxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -51,7 +51,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub(super) fn on_ud_request<O: Outputs, M: Memory>(
         &mut self,
         h: &Headers,
-        payload: &[u8],
+        payload: RxPayload<'_>,
         ctx: &RxCtx<'_>,
         mem: &mut M,
         out: &mut O,
@@ -78,7 +78,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         let placed = match crate::wqe::total_len(wr.sg) {
             None => Err(PlaceError::Fault(Fault::MALFORMED_WQE)),
             Some(room) if need > room => Err(PlaceError::Fault(Fault::LENGTH)),
-            Some(_) => place_recv(mem, &wr, 0, &ctx.net.grh)
+            Some(_) => place_recv(mem, &wr, 0, RxPayload::Bytes(&ctx.net.grh))
                 .and_then(|_| place_recv(mem, &wr, GRH_LEN, payload)),
         };
         let status = match placed {

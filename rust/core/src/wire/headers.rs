@@ -111,11 +111,24 @@ impl Headers {
     /// path decodes the BTH first and builds the headers where they stay (a header stack moved
     /// by value is a `memcpy` a packet); on an error `self` holds nothing meaningful.
     pub fn decode_after_bth(&mut self, buf: &[u8]) -> Result<Range<usize>, DecodeError> {
+        self.decode_after_bth_of_prefix(buf, buf.len())
+    }
+
+    /// [`Headers::decode_after_bth`] of a buffer of `len` bytes of which `head` holds the
+    /// first (the rest lies elsewhere, in pages): the headers are read from `head`, which must
+    /// hold them all ([`DecodeError::Truncated`] otherwise); the payload's range follows from
+    /// `len`.
+    pub fn decode_after_bth_of_prefix(
+        &mut self,
+        head: &[u8],
+        len: usize,
+    ) -> Result<Range<usize>, DecodeError> {
         let info = self.bth.opcode.info();
         let min = info.header_len + ICRC_LEN;
-        if buf.len() < min {
+        if len < min || head.len() < info.header_len {
             return Err(DecodeError::Truncated);
         }
+        let buf = head.get(..len).unwrap_or(head);
         let mut off = Bth::LEN;
         /// Decodes the header `$t` at `off` if `$has`, moving `off` past it.
         macro_rules! ext {
@@ -139,8 +152,7 @@ impl Headers {
         self.ieth = ext!(info.has_ieth, Ieth);
         // buf.len() >= header_len + ICRC_LEN and off == header_len, so this cannot underflow;
         // checked anyway so that no input can make it panic.
-        let rest = buf
-            .len()
+        let rest = len
             .checked_sub(off)
             .and_then(|r| r.checked_sub(ICRC_LEN))
             .ok_or(DecodeError::Truncated)?;

@@ -27,20 +27,10 @@ pub enum IpUdpError {
 }
 
 /// A received RoCEv2 IP packet, split into the pieces the transport and the ICRC need.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IpUdp<'a> {
-    /// The IP header (IPv4 or IPv6).
-    pub ip: IpHeader<'a>,
-    /// The UDP header.
-    pub udp: &'a [u8; UDP_HEADER_LEN],
-    /// The IP source address as a GID (IPv4 as `::ffff:a.b.c.d`).
-    pub src_gid: [u8; 16],
-    /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
-    pub dst_gid: [u8; 16],
-    /// IPv4 TOS or IPv6 traffic class (DSCP and ECN).
-    pub tclass: u8,
-    /// IPv4 TTL or IPv6 hop limit.
-    pub ttl: u8,
+    /// The IP and UDP headers, and where the UDP payload lies.
+    pub head: IpUdpHead<'a>,
     /// The UDP payload from the first byte of the BTH up to, not including, the ICRC (at least
     /// a BTH long).
     pub transport: &'a [u8],
@@ -51,6 +41,13 @@ pub struct IpUdp<'a> {
 }
 
 impl IpUdp<'_> {
+    /// Whether the packet came over IPv4 (else IPv6).
+    pub fn is_ipv4(&self) -> bool {
+        self.head.is_ipv4()
+    }
+}
+
+impl IpUdpHead<'_> {
     /// Whether the packet came over IPv4 (else IPv6).
     pub fn is_ipv4(&self) -> bool {
         matches!(self.ip, IpHeader::V4(_))
@@ -80,43 +77,77 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
+/// The IP and UDP headers of a received RoCEv2 packet ([`parse_head`]), and where its UDP
+/// payload lies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpUdpHead<'a> {
+    /// The IP header (IPv4 or IPv6).
+    pub ip: IpHeader<'a>,
+    /// The UDP header.
+    pub udp: &'a [u8; UDP_HEADER_LEN],
+    /// The IP source address as a GID (IPv4 as `::ffff:a.b.c.d`).
+    pub src_gid: [u8; 16],
+    /// The IP destination address as a GID (IPv4 as `::ffff:a.b.c.d`).
+    pub dst_gid: [u8; 16],
+    /// IPv4 TOS or IPv6 traffic class (DSCP and ECN).
+    pub tclass: u8,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub ttl: u8,
+    /// Where the UDP payload (BTH to ICRC, at least a BTH and an ICRC long) lies in the packet.
+    pub udp_payload: core::ops::Range<usize>,
+}
+
 /// Parses a RoCEv2 packet that starts at its IP header (see the module documentation for what
 /// is accepted). Bytes after the IP datagram (link padding) are ignored.
 pub fn parse(pkt: &[u8]) -> Result<IpUdp<'_>, IpUdpError> {
+    let head = parse_head(pkt, pkt.len())?;
+    let udp_payload = pkt
+        .get(head.udp_payload.clone())
+        .ok_or(IpUdpError::Truncated)?;
+    let (transport, trailer) = udp_payload.split_at(udp_payload.len() - ICRC_LEN);
+    let trailer: [u8; ICRC_LEN] = trailer.try_into().map_err(|_| IpUdpError::Truncated)?;
+    Ok(IpUdp {
+        head,
+        transport,
+        udp_payload,
+        icrc: icrc::from_wire(trailer),
+    })
+}
+
+/// [`parse`] of a packet of `pkt_len` bytes of which `head` holds the first (the rest lies
+/// elsewhere, in pages): `head` must hold the IP and UDP headers; the lengths they give are
+/// checked against `pkt_len`.
+pub fn parse_head(head: &[u8], pkt_len: usize) -> Result<IpUdpHead<'_>, IpUdpError> {
     use IpUdpError::*;
-    let version = pkt.first().ok_or(Truncated)? >> 4;
+    let version = head.first().ok_or(Truncated)? >> 4;
     let (ip_hlen, ip_end) = match version {
         4 => {
-            let tot = usize::from(be16(pkt, 2).ok_or(Truncated)?);
+            let tot = usize::from(be16(head, 2).ok_or(Truncated)?);
             // IHL 5 only (the ICRC covers a 20-byte header); no fragments.
-            if pkt[0] & 0x0f != 5 || be16(pkt, 6).ok_or(Truncated)? & 0x3fff != 0 {
+            if head[0] & 0x0f != 5 || be16(head, 6).ok_or(Truncated)? & 0x3fff != 0 {
                 return Err(UnsupportedIp);
             }
             (IPV4_HEADER_LEN, tot)
         }
         6 => (
             IPV6_HEADER_LEN,
-            IPV6_HEADER_LEN + usize::from(be16(pkt, 4).ok_or(Truncated)?),
+            IPV6_HEADER_LEN + usize::from(be16(head, 4).ok_or(Truncated)?),
         ),
         _ => return Err(UnsupportedIp),
     };
-    if ip_end < ip_hlen + UDP_HEADER_LEN || ip_end > pkt.len() {
+    if ip_end < ip_hlen + UDP_HEADER_LEN || ip_end > pkt_len {
         return Err(Truncated);
     }
-    let (ip, rest) = pkt[..ip_end].split_at(ip_hlen);
-    let (udp, ip_payload) = rest.split_at(UDP_HEADER_LEN);
+    let headers = head.get(..ip_hlen + UDP_HEADER_LEN).ok_or(Truncated)?;
+    let (ip, udp) = headers.split_at(ip_hlen);
     let udp: &[u8; UDP_HEADER_LEN] = udp.try_into().map_err(|_| Truncated)?;
     let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
     if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_V2_UDP_PORT
         || udp_len < UDP_HEADER_LEN + BTH_LEN + ICRC_LEN
-        || udp_len - UDP_HEADER_LEN > ip_payload.len()
+        || udp_len > ip_end - ip_hlen
     {
         return Err(BadUdp);
     }
-    let udp_payload = &ip_payload[..udp_len - UDP_HEADER_LEN];
-    let (transport, trailer) = udp_payload.split_at(udp_payload.len() - ICRC_LEN);
-    let trailer: [u8; ICRC_LEN] = trailer.try_into().map_err(|_| Truncated)?;
-
     let (ip, src_gid, dst_gid, tclass, ttl) = if version == 4 {
         let h: &[u8; IPV4_HEADER_LEN] = ip.try_into().map_err(|_| Truncated)?;
         if h[9] != IPPROTO_UDP {
@@ -137,16 +168,15 @@ pub fn parse(pkt: &[u8]) -> Result<IpUdp<'_>, IpUdpError> {
         let tclass = (h[0] << 4) | (h[1] >> 4);
         (IpHeader::V6(h), src, dst, tclass, h[7])
     };
-    Ok(IpUdp {
+    let start = ip_hlen + UDP_HEADER_LEN;
+    Ok(IpUdpHead {
         ip,
         udp,
         src_gid,
         dst_gid,
         tclass,
         ttl,
-        transport,
-        udp_payload,
-        icrc: icrc::from_wire(trailer),
+        udp_payload: start..ip_hlen + udp_len,
     })
 }
 
@@ -294,16 +324,16 @@ mod tests {
         let p = packet_v4();
         let r = parse(&p).unwrap();
         assert!(r.is_ipv4());
-        assert_eq!(r.src_gid, gid_from_ipv4([10, 77, 0, 1]));
-        assert_eq!(r.dst_gid, gid_from_ipv4([10, 77, 0, 2]));
-        assert_eq!(r.tclass, 0x68);
-        assert_eq!(r.ttl, 64);
+        assert_eq!(r.head.src_gid, gid_from_ipv4([10, 77, 0, 1]));
+        assert_eq!(r.head.dst_gid, gid_from_ipv4([10, 77, 0, 2]));
+        assert_eq!(r.head.tclass, 0x68);
+        assert_eq!(r.head.ttl, 64);
         let t0 = IPV4_HEADER_LEN + UDP_HEADER_LEN;
         assert_eq!(r.transport, &p[t0..t0 + TRANSPORT]);
         assert_eq!(r.udp_payload, &p[t0..]);
         assert_eq!(
             Some(r.icrc),
-            icrc::compute(r.ip, r.udp, r.transport),
+            icrc::compute(r.head.ip, r.head.udp, r.transport),
             "the carried ICRC is the computed one"
         );
     }
@@ -313,11 +343,11 @@ mod tests {
         let p = packet_v6();
         let r = parse(&p).unwrap();
         assert!(!r.is_ipv4());
-        assert_eq!(r.src_gid[..2], [0xfe, 0x80]);
-        assert_eq!(r.src_gid[15], 1);
-        assert_eq!(r.dst_gid[15], 2);
-        assert_eq!(r.tclass, 0xab);
-        assert_eq!(r.ttl, 3);
+        assert_eq!(r.head.src_gid[..2], [0xfe, 0x80]);
+        assert_eq!(r.head.src_gid[15], 1);
+        assert_eq!(r.head.dst_gid[15], 2);
+        assert_eq!(r.head.tclass, 0xab);
+        assert_eq!(r.head.ttl, 3);
         assert_eq!(r.transport.len(), TRANSPORT);
         assert_eq!(r.udp_payload.len(), TRANSPORT + ICRC_LEN);
     }

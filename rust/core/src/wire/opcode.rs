@@ -75,6 +75,18 @@ pub enum Operation {
     AtomicWrite,
 }
 
+impl Operation {
+    /// Whether a packet of this operation may hand its payload in as
+    /// [`RxPayload::Held`](crate::memory::RxPayload::Held): the engine only moves such a
+    /// payload into memory. The rest (ATOMIC WRITE's 8 bytes) must come in hand.
+    pub const fn payload_may_be_held(self) -> bool {
+        matches!(
+            self,
+            Operation::Send | Operation::RdmaWrite | Operation::RdmaReadResponse
+        )
+    }
+}
+
 /// Everything the opcode dictates about a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpcodeInfo {

@@ -13,7 +13,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use rvrdma_core::memory::{AtomicOp, MemError, Memory, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE};
+use rvrdma_core::memory::{
+    AtomicOp, MemError, Memory, RxPayload, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_WRITE,
+};
 use rvrdma_core::mw::{BindMwParams, MrFacts, MwType, QpRef, Window};
 use rvrdma_core::wqe::{RegMrParams, Sge};
 
@@ -92,6 +94,9 @@ pub struct MemInner {
     pub absent: Vec<u32>,
     /// Accesses refused as not resident.
     pub not_present_hits: std::cell::Cell<u64>,
+    /// The payload of the packet being handed in as [`RxPayload::Held`] (as the driver holds a
+    /// payload left in an skb's pages).
+    pub held: Vec<u8>,
 }
 
 /// A shared handle: the QP uses it as [`Memory`], the simulated shell to gather payloads.
@@ -99,6 +104,15 @@ pub struct MemInner {
 pub struct SimMem(pub Rc<RefCell<MemInner>>);
 
 impl MemInner {
+    /// The bytes of `p`: a held payload must be the one [`MemInner::held`] holds, whole.
+    fn payload(&self, p: RxPayload<'_>) -> Result<Vec<u8>, MemError> {
+        match p {
+            RxPayload::Bytes(b) => Ok(b.to_vec()),
+            RxPayload::Held(n) if n == self.held.len() => Ok(self.held.clone()),
+            RxPayload::Held(_) => Err(MemError::OutOfBounds),
+        }
+    }
+
     /// The MR `key` names for this QP: found by index, then the whole key, the PD and the
     /// state must match (the driver's `RvrMr::check`).
     pub fn mr(&self, key: u32) -> Option<&Mr> {
@@ -367,8 +381,10 @@ impl Memory for SimMem {
         self.0.borrow().check_local(sges, access)
     }
 
-    fn scatter(&mut self, sges: &[Sge], offset: u32, data: &[u8]) -> Result<(), MemError> {
-        self.0.borrow_mut().scatter(sges, offset, data, 0)
+    fn scatter(&mut self, sges: &[Sge], offset: u32, data: RxPayload<'_>) -> Result<(), MemError> {
+        let mut m = self.0.borrow_mut();
+        let data = m.payload(data)?;
+        m.scatter(sges, offset, &data, 0)
     }
 
     fn check_remote(&mut self, rkey: u32, va: u64, len: u32, access: u32) -> Result<(), MemError> {
@@ -378,8 +394,10 @@ impl Memory for SimMem {
             .map(|_| ())
     }
 
-    fn remote_write(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        self.0.borrow_mut().remote_write(rkey, va, data)
+    fn remote_write(&mut self, rkey: u32, va: u64, data: RxPayload<'_>) -> Result<(), MemError> {
+        let mut m = self.0.borrow_mut();
+        let data = m.payload(data)?;
+        m.remote_write(rkey, va, &data)
     }
 
     fn remote_atomic(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {

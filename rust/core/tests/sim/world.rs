@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use rvrdma_core::apm::{MigState, PathInfo, PathMatch};
 use rvrdma_core::events::{AsyncEvent, Completion, Timer, WcOpcode, WcStatus};
 use rvrdma_core::memory::{
-    ACCESS_FLUSH_GLOBAL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    RxPayload, ACCESS_FLUSH_GLOBAL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
 use rvrdma_core::qp::{QpAttrs, QpCreate};
@@ -962,7 +962,16 @@ impl Sim {
                                 let _ = n.qp.post_recv(&wr, &mut n.out);
                             }
                         }
-                        n.qp.receive(now, &h, payload, &pm, &mut n.mem, &mut n.out);
+                        // Every other payload is handed in held, as the driver hands in one left
+                        // in an skb's pages: the engine must treat both kinds alike.
+                        let held = h.info().operation.payload_may_be_held();
+                        let p = if held && h.bth.psn.value() % 2 == 1 {
+                            n.mem.0.borrow_mut().held = payload.to_vec();
+                            RxPayload::Held(payload.len())
+                        } else {
+                            RxPayload::Bytes(payload)
+                        };
+                        n.qp.receive(now, &h, p, &pm, &mut n.mem, &mut n.out);
                     }
                     Err(e) => return Err(format!("undecodable packet {e:?}")),
                 }

@@ -58,7 +58,7 @@ impl Bond {
         };
         let now = self.d.now;
         let e = &mut self.d.e[to];
-        e.qp.receive(now, h, payload, &pm, &mut e.mem, &mut e.out);
+        e.qp.receive(now, h, payload.into(), &pm, &mut e.mem, &mut e.out);
     }
 
     /// Moves what node `from` sent. Returns how many packets left it.

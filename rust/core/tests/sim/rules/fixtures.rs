@@ -390,7 +390,7 @@ impl Duo {
         };
         let now = self.now;
         let e = &mut self.e[to];
-        e.qp.receive(now, h, payload, &pm, &mut e.mem, &mut e.out);
+        e.qp.receive(now, h, payload.into(), &pm, &mut e.mem, &mut e.out);
     }
 
     /// Delivers `packets`, as [`Duo::take`] returns them, to node `to`.

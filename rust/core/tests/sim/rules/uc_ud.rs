@@ -388,7 +388,7 @@ fn gsi_sends_with_qp1_and_its_qkey_and_receives_the_ipv4_header() {
     };
     let now = d.now;
     let e = &mut d.e[1];
-    e.qp.receive(now, &p[0].0, &p[0].1, &pm, &mut e.mem, &mut e.out);
+    e.qp.receive(now, &p[0].0, p[0].1[..].into(), &pm, &mut e.mem, &mut e.out);
     let c = d.e[1].out.recv_cqes[0];
     assert_eq!(c.status, WcStatus::Success);
     assert_eq!((c.src_qp, c.byte_len), (1, 40 + 256));
