@@ -28,8 +28,8 @@ use rvrdma_core::events::{
     AsyncEvent, Completion, CqFull, CqKind, Outputs, PayloadSource, Timer, WcOpcode, WcStatus,
 };
 use rvrdma_core::memory::{
-    AtomicOp, MemError, Memory, RxPayload, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
+    AtomicOp, MemError, Memory, RxPayload, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,
+    ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use rvrdma_core::psn::Psn;
 use rvrdma_core::qp::{Qp, QpAttrs, QpCreate};
