@@ -286,6 +286,9 @@ u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len)
 	const struct skb_shared_info *sh = skb_shinfo(skb);
 	unsigned int i;
 
+	/* Device memory (net_iov) has no page to map: callers check, this only refuses. */
+	if (WARN_ON_ONCE(!skb_frags_readable(skb)))
+		return crc;
 	for (i = 0; len && i < sh->nr_frags; i++) {
 		const skb_frag_t *f = &sh->frags[i];
 		u32 n = min_t(u32, skb_frag_size(f), len);
@@ -313,6 +316,11 @@ int rvr_skb_copy_bits(const struct sk_buff *skb, u32 offset, void *to, u32 len)
 bool rvr_skb_has_frag_list(const struct sk_buff *skb)
 {
 	return skb_has_frag_list(skb);
+}
+
+bool rvr_skb_frags_readable(const struct sk_buff *skb)
+{
+	return skb_frags_readable(skb);
 }
 
 /* The bookkeeping of skb_gro_receive_list: @nskb's bytes and memory count in @head's. */

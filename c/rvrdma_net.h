@@ -43,6 +43,7 @@ void *rvr_skb_add_trailer_frag(struct sk_buff *skb, unsigned int len);
 u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len);
 int rvr_skb_copy_bits(const struct sk_buff *skb, u32 offset, void *to, u32 len);
 bool rvr_skb_has_frag_list(const struct sk_buff *skb);
+bool rvr_skb_frags_readable(const struct sk_buff *skb);
 
 /* UDP GSO with a fragment list (SKB_GSO_FRAGLIST): each segment a complete packet of its own */
 void rvr_skb_pass_owner(struct sk_buff *head, struct sk_buff *skb);

@@ -130,9 +130,9 @@ counters! {
     /// Packets whose payload left by reference to the user's pages, not copied (`tx_paged`,
     /// see `net::paged`).
     tx_paged_pkts,
-    /// Received packets whose payload, in page fragments (a payload sent by reference, on a
-    /// veth), was read where it lies: copied from the fragments into memory, the packet never
-    /// made linear (see `driver::held_payload`).
+    /// Received packets whose payload the core took where it lay, in the packet's page
+    /// fragments (a payload sent by reference, on a veth), to be copied from there into memory:
+    /// the packet was never made linear (see `driver::held_payload`).
     rx_paged_pkts,
     /// Received packets a stream put in their QP's receive queue, for another CPU
     /// (`rx_spread`, see `qp::rx_queue`).

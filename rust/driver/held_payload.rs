@@ -24,6 +24,7 @@ pub(crate) enum Payload<'a> {
 impl<'a> Payload<'a> {
     /// The payload at `range` of `skb`'s data: a slice where it lies in the linear part.
     pub(crate) fn of(skb: &'a Skb, range: core::ops::Range<usize>) -> Self {
+        debug_assert!(range.end <= skb.len(), "callers check the payload's span");
         match SkbBytes::new(skb, range) {
             Some(b) => match b.linear() {
                 Some(s) => Payload::Bytes(s),

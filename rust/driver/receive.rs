@@ -143,11 +143,7 @@ fn payload_in_frags(skb: &Skb, g: Option<&Glance>) -> bool {
 /// Makes a packet [`Skb::to_network_header`] prepared linear unless it is handled `in_frags`
 /// ([`payload_in_frags`]); one that cannot be is counted and `false`.
 fn prepare(c: &Counters, skb: &mut Skb, in_frags: bool) -> bool {
-    if in_frags {
-        Counters::inc(&c.rx_paged_pkts);
-        return true;
-    }
-    if skb.to_ip_packet().is_ok() {
+    if in_frags || skb.to_ip_packet().is_ok() {
         return true;
     }
     Counters::inc(&c.rx_malformed);

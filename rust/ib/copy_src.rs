@@ -5,6 +5,8 @@
 //! the pages where it lies, without a slice over them (their owner, a sending process on this
 //! host, may write them at any time).
 
+use kernel::prelude::*;
+
 /// A source of bytes for a copy into memory.
 pub trait CopySrc {
     /// The number of bytes.
@@ -18,12 +20,13 @@ pub trait CopySrc {
     /// The bytes as a slice, when they are one.
     fn as_slice(&self) -> Option<&[u8]>;
 
-    /// Copies the `n` bytes starting `at` bytes in to `dst`.
+    /// Copies the `n` bytes starting `at` bytes in to `dst`; on an error `dst` may hold part of
+    /// them.
     ///
     /// # Safety
     ///
     /// `dst` is valid for writes of `n` bytes, and `at + n <= self.len()`.
-    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize);
+    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) -> Result;
 }
 
 impl CopySrc for [u8] {
@@ -35,10 +38,11 @@ impl CopySrc for [u8] {
         Some(self)
     }
 
-    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) {
+    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) -> Result {
         // SAFETY: per the caller, `at + n` lies inside the slice and `dst` takes `n` bytes;
         // registered memory may be shared with other agents, the RDMA contract (`kcopy`).
-        unsafe { super::mr::kcopy(dst, self.as_ptr().add(at), n) }
+        unsafe { super::mr::kcopy(dst, self.as_ptr().add(at), n) };
+        Ok(())
     }
 }
 
@@ -63,7 +67,7 @@ impl<S: CopySrc + ?Sized> CopySrc for Part<'_, S> {
         self.src.as_slice()?.get(self.at..self.at + self.len)
     }
 
-    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) {
+    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) -> Result {
         // SAFETY: `at + n <= self.len` (caller) and `self.at + self.len <= src.len()` (`part`).
         unsafe { self.src.copy_to(self.at + at, dst, n) }
     }

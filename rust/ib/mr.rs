@@ -416,8 +416,7 @@ impl KernelMemory {
     pub fn write(&self, va: u64, data: &(impl CopySrc + ?Sized)) -> Result {
         check_kva(va, data.len())?;
         // SAFETY: as in `read`; the copy is all of `data`.
-        unsafe { data.copy_to(0, va as usize as *mut u8, data.len()) };
-        Ok(())
+        unsafe { data.copy_to(0, va as usize as *mut u8, data.len()) }
     }
 
     /// Executes `op` on the `u64` at `va` (8-byte aligned, else `EINVAL`) with a hardware atomic
@@ -561,10 +560,14 @@ impl PageList {
     pub fn write(&self, pos: u64, data: &(impl CopySrc + ?Sized)) -> Result {
         // Check everything first so that a failure writes nothing.
         self.walk(pos, data.len(), |_, _, _| ())?;
+        let mut copied = Ok(());
         self.walk(pos, data.len(), |kva, done, len| {
-            // SAFETY: as in `read`, the other way round; `walk` visits pieces of `data`.
-            unsafe { data.copy_to(done, kva as usize as *mut u8, len) }
-        })
+            if copied.is_ok() {
+                // SAFETY: as in `read`, the other way round; `walk` visits pieces of `data`.
+                copied = unsafe { data.copy_to(done, kva as usize as *mut u8, len) };
+            }
+        })?;
+        copied
     }
 
     /// Executes `op` on the `u64` at position `pos` (8-byte aligned address, else `EINVAL`) with

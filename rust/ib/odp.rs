@@ -180,7 +180,7 @@ impl OdpPages {
         while done < data.len() {
             let n = (data.len() - done).min(buf.len());
             // SAFETY: `buf` takes `n` bytes, and `done + n` lies inside `data`.
-            unsafe { data.copy_to(done, buf.as_mut_ptr(), n) };
+            unsafe { data.copy_to(done, buf.as_mut_ptr(), n) }.map_err(|_| OdpError::Invalid)?;
             self.write_slice(pos + done as u64, buf.get(..n).ok_or(OdpError::Invalid)?)?;
             done += n;
         }

@@ -266,10 +266,10 @@ impl UmemPages {
             let va = unsafe { b::kmap_local_page(page.as_ptr()) };
             // SAFETY: `va + off` is valid for `len` bytes inside the mapped page, and
             // `done + len` lies inside `data`; races as in `read`.
-            unsafe { data.copy_to(done, va.cast::<u8>().add(off), len) };
+            let copied = unsafe { data.copy_to(done, va.cast::<u8>().add(off), len) };
             // SAFETY: `va` was mapped above, and is the last mapping of this thread.
             unsafe { b::kunmap_local(va) };
-            Ok(())
+            copied
         })
     }
 

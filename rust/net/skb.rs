@@ -428,7 +428,8 @@ impl Skb {
             return false;
         };
         if covered < at.at() {
-            if covered != self.headlen() || self.has_frag_list() {
+            // The rest lies in the fragments, which must be all of it, and readable.
+            if self.has_frag_list() || !self.frags_readable() {
                 return false;
             }
             let Ok(n) = u32::try_from(at.at() - covered) else {
@@ -445,13 +446,23 @@ impl Skb {
     }
 
     /// Whether a packet [`Skb::to_network_header`] prepared, whose glance is `g`, holds its
-    /// IP, UDP and transport headers in its linear part, and the rest in page fragments only
-    /// (no list of further skbs): what [`Skb::roce_head`] and [`SkbBytes`] need.
+    /// IP, UDP and transport headers in its linear part, and the rest in readable page
+    /// fragments only (no list of further skbs): what [`Skb::roce_head`] and [`SkbBytes`]
+    /// need.
     pub fn headers_linear(&self, g: &Glance) -> bool {
         let Some(span) = ip_udp::udp_payload_span(self.data()) else {
             return false;
         };
-        span.start + g.opcode.info().header_len <= self.headlen() && !self.has_frag_list()
+        span.start + g.opcode.info().header_len <= self.headlen()
+            && !self.has_frag_list()
+            && self.frags_readable()
+    }
+
+    /// Whether the CPU may read the fragments' pages (`skb_frags_readable`): not so for device
+    /// memory a NIC received into (net_iov), which only its consumer reaches.
+    pub fn frags_readable(&self) -> bool {
+        // SAFETY: the skb is live.
+        unsafe { b::rvr_skb_frags_readable(self.as_raw()) }
     }
 
     /// Whether every byte is in the linear part (`!skb_is_nonlinear`).
@@ -531,13 +542,14 @@ impl CopySrc for SkbBytes<'_> {
         self.linear()
     }
 
-    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) {
-        // `at + n <= len` (caller) and `off + len <= skb.len()` (`new`): the copy cannot fail.
+    unsafe fn copy_to(&self, at: usize, dst: *mut u8, n: usize) -> Result {
         let (Ok(off), Ok(n)) = (u32::try_from(self.off + at), u32::try_from(n)) else {
-            return;
+            return Err(EFAULT);
         };
         // SAFETY: the skb is live; `dst` is valid for `n` bytes of writes (caller).
-        let _ = unsafe { b::rvr_skb_copy_bits(self.skb.as_raw(), off, dst.cast(), n) };
+        kernel::error::to_result(unsafe {
+            b::rvr_skb_copy_bits(self.skb.as_raw(), off, dst.cast(), n)
+        })
     }
 }
 

@@ -650,6 +650,7 @@ impl QpShared {
         match payload {
             Payload::Bytes(b) => core.receive(now, h, RxPayload::Bytes(b), pm, mem, out),
             Payload::InSkb(held) => {
+                Counters::inc(&self.dev.counters.rx_paged_pkts);
                 let n = CopySrc::len(&held);
                 let mut mem = HeldPayload { mem, held };
                 core.receive(now, h, RxPayload::Held(n), pm, &mut mem, out)
