@@ -132,6 +132,11 @@ struct workqueue_struct *rvr_alloc_spin_wq(const char *name)
 	return alloc_workqueue("%s", WQ_HIGHPRI | WQ_CPU_INTENSIVE | WQ_PERCPU, 0, name);
 }
 
+struct workqueue_struct *rvr_alloc_any_cpu_wq(const char *name)
+{
+	return alloc_workqueue("%s", WQ_UNBOUND | WQ_HIGHPRI | WQ_MEM_RECLAIM, 0, name);
+}
+
 struct workqueue_struct *rvr_alloc_bh_wq(const char *name)
 {
 	return alloc_workqueue("%s", WQ_BH | WQ_PERCPU, 0, name);

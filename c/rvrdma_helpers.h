@@ -38,6 +38,7 @@ struct workqueue_struct *rvr_alloc_percpu_wq(const char *name);
 struct workqueue_struct *rvr_alloc_spin_wq(const char *name);
 /* Work queued on it runs in softirq context on the CPU it was queued for. */
 struct workqueue_struct *rvr_alloc_bh_wq(const char *name);
+struct workqueue_struct *rvr_alloc_any_cpu_wq(const char *name);
 /* queue_work_on() for a bound queue: on @cpu if it is online, else on this CPU. */
 bool rvr_queue_work_on_online(int cpu, struct workqueue_struct *wq, struct work_struct *work);
 

@@ -147,6 +147,9 @@ counters! {
     /// its deadline came, `URGENT_AFTER_MS` after it was armed, and its work item had not run
     /// since (see `qp::rx_queue`).
     rx_queue_urgent_runs,
+    /// Runs of a receive queue's work item queued for any CPU, in a worker thread: a stream of
+    /// RDMA Read responses (see `qp::rx_queue`).
+    rx_queue_any_cpu_runs,
     /// Longest wait of a QP's work item (timers, transmit budget) between being queued and
     /// running, in microseconds (see `qp::work_delay`).
     work_delay_max_us,

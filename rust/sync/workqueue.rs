@@ -74,6 +74,13 @@ impl OwnedQueue {
         unsafe { Self::allocated(b::rvr_alloc_bh_wq, name) }
     }
 
+    /// Allocates an unbound, high-priority, memory-reclaim-safe workqueue named `name`: its
+    /// workers run ahead of ordinary tasks, on whichever CPU the scheduler finds free.
+    pub fn new_any_cpu(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `rvr_alloc_any_cpu_wq` allocates a workqueue and hands it to its caller.
+        unsafe { Self::allocated(b::rvr_alloc_any_cpu_wq, name) }
+    }
+
     /// The queue, for enqueueing work items.
     pub fn queue(&self) -> &Queue {
         // SAFETY: the workqueue lives as long as `self` (type invariant).
@@ -101,10 +108,15 @@ static SPIN_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
 static BH_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
     core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 
+/// The module's unbound high-priority workqueue, set with [`QUEUE`].
+static ANY_CPU_QUEUE: core::sync::atomic::AtomicPtr<b::workqueue_struct> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
 /// Owns the module-wide workqueues: created at module init, drained and destroyed at module
 /// exit after every device is gone.
 pub struct ModuleQueue {
     /// Kept alive (and destroyed) with the module, in this order.
+    _any_cpu: OwnedQueue,
     _bh: OwnedQueue,
     _spin: OwnedQueue,
     _percpu: OwnedQueue,
@@ -118,11 +130,14 @@ impl ModuleQueue {
         let pc = OwnedQueue::new_percpu(c"rvrdma_cpu")?;
         let spin = OwnedQueue::new_spin(c"rvrdma_spin")?;
         let bh = OwnedQueue::new_bh(c"rvrdma_bh")?;
+        let any_cpu = OwnedQueue::new_any_cpu(c"rvrdma_any")?;
         QUEUE.store(q.0.as_ptr(), core::sync::atomic::Ordering::Release);
         CPU_QUEUE.store(pc.0.as_ptr(), core::sync::atomic::Ordering::Release);
         SPIN_QUEUE.store(spin.0.as_ptr(), core::sync::atomic::Ordering::Release);
         BH_QUEUE.store(bh.0.as_ptr(), core::sync::atomic::Ordering::Release);
+        ANY_CPU_QUEUE.store(any_cpu.0.as_ptr(), core::sync::atomic::Ordering::Release);
         Ok(Self {
+            _any_cpu: any_cpu,
             _bh: bh,
             _spin: spin,
             _percpu: pc,
@@ -133,6 +148,7 @@ impl ModuleQueue {
 
 impl Drop for ModuleQueue {
     fn drop(&mut self) {
+        ANY_CPU_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         BH_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         SPIN_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
         CPU_QUEUE.store(core::ptr::null_mut(), core::sync::atomic::Ordering::Release);
@@ -203,6 +219,14 @@ pub fn queue() -> &'static Queue {
 /// Only callable while the module is initialised, as [`queue`].
 pub fn cpu_queue() -> &'static Queue {
     published(&CPU_QUEUE)
+}
+
+/// The module's unbound, high-priority workqueue: work queued on it runs in a worker thread
+/// ahead of ordinary tasks, on whichever CPU the scheduler finds free.
+///
+/// Only callable while the module is initialised, as [`queue`].
+pub fn any_cpu_queue() -> &'static Queue {
+    published(&ANY_CPU_QUEUE)
 }
 
 /// The module's bottom-half workqueue: work queued on it runs in softirq context on the

@@ -5,7 +5,7 @@
 
 tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
 ktap_print_header
-ktap_set_plan $((${#tests[@]} + 14))
+ktap_set_plan $((${#tests[@]} + 15))
 dut_setup 1
 pair_up
 
@@ -71,11 +71,17 @@ reads_queued() {
 if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 	check "ib_read_bw 4 KiB, one Read in flight (-o 1): the requester queues none of its responses" \
 		eval 'n=$(reads_queued 1) && diag "responses queued: $n" && [ "$n" -eq 0 ]'
+	any_before=$(link_stat "${DUT}0" rx_queue_any_cpu_runs)
 	check "ib_read_bw 4 KiB, 16 Reads in flight (-o 16): the requester queues responses" \
 		eval 'n=$(reads_queued 16) && diag "responses queued: $n" && [ "$n" -gt 0 ]'
+	# A stream of responses is handled by a worker on whichever CPU is free, not in softirq on
+	# the other CPU, which is mostly the busy client's.
+	check "ib_read_bw 4 KiB, 16 Reads in flight: the requester's queued responses ran on a worker for any CPU" \
+		eval 'n=$(($(link_stat "${DUT}0" rx_queue_any_cpu_runs) - any_before)) && diag "runs: $n" && [ "$n" -gt 0 ]'
 else
 	ktap_test_skip "ib_read_bw 4 KiB, one Read in flight: the requester queues none of its responses: rvrdma's counter"
 	ktap_test_skip "ib_read_bw 4 KiB, 16 Reads in flight: the requester queues responses: rvrdma's counter"
+	ktap_test_skip "ib_read_bw 4 KiB, 16 Reads in flight: the requester's queued responses ran on a worker for any CPU: rvrdma's counter"
 fi
 # Unsignaled Reads and atomics posted back to back: a doorbell that takes only such WQEs hands
 # their sending to another CPU, so that the call returns before their responses and they overlap.
@@ -88,8 +94,12 @@ fi
 handoffs() { link_stat "${DUT}0" tx_doorbell_handoffs; }
 linger_handoffs() { link_stat "${DUT}0" tx_linger_handoffs; }
 handoffs_before=$(handoffs)
+any_cpu_runs() { [ "$RVRDMA_LINK_TYPE" != rvrdma ] || link_stat "${DUT}0" rx_queue_any_cpu_runs; }
+any_before=$(any_cpu_runs)
 run_points 1 "unsignaled.py ${DUT}0 -> ${DUT}1" timeout $((300 * ${RVRDMA_TIME_SCALE:-1})) \
 	"$PY" "$RVRDMA_TESTS_DIR/unsignaled.py" "${DUT}0" "$GA" "${DUT}1" "$GB"
+[ "$RVRDMA_LINK_TYPE" != rvrdma ] ||
+	diag "receive queue runs on a worker for any CPU during unsignaled.py (its Reads byte-checked): $(($(any_cpu_runs) - any_before))"
 linger_before=$(linger_handoffs)
 rd_atomic_lat() {
 	local bin=$RVRDMA_TESTS_DIR/rd_atomic_lat

@@ -231,6 +231,11 @@ pub struct QpShared {
     rx: rx_queue::RxQueue,
     #[pin]
     rx_work: Work<QpShared, 4>,
+    /// The same work as `rx_work`, queued for any CPU (a stream of Read responses; see
+    /// [`rx_queue`]). An item of its own: lockdep tells a work item's runs apart by the item,
+    /// and `rx_work` runs in softirq context.
+    #[pin]
+    rx_any_work: Work<QpShared, 7>,
     /// Handles the receive queue at high priority when `rx_work` waits too long.
     #[pin]
     rx_urgent: DelayedWork<QpShared, 5>,
@@ -251,6 +256,7 @@ kernel::impl_has_work! {
     impl HasWork<Self, 3> for QpShared { self.odp_work }
     impl HasWork<Self, 4> for QpShared { self.rx_work }
     impl HasWork<Self, 6> for QpShared { self.linger_work }
+    impl HasWork<Self, 7> for QpShared { self.rx_any_work }
 }
 
 kernel::impl_has_delayed_work! {
@@ -705,13 +711,15 @@ fn destroy(qp: Arc<QpShared>) {
     // period no receive path holds a reference taken before the QP left the table, and none
     // queues a packet or the receive queue's work any more.
     crate::sync::rcu::synchronize();
-    // The receive queue's two work items queue each other, but only from a run that looked
-    // before `dead` was set (and the queue closed with it): once each has been waited for,
-    // what is left is at most the urgent one's timer, armed by the other (and what it runs
-    // finds the QP dead).
-    workqueue::flush_delayed_work::<_, 5>(&*qp);
-    workqueue::flush_work::<_, 4>(&*qp);
-    workqueue::flush_delayed_work::<_, 5>(&*qp);
+    // The receive queue's three work items queue each other, but only from a run that looked
+    // before `dead` was set (and the queue closed with it): what such a run queues finds the
+    // QP dead and queues nothing. So after the items were waited for twice, in any order,
+    // none is left.
+    for _ in 0..2 {
+        workqueue::flush_delayed_work::<_, 5>(&*qp);
+        workqueue::flush_work::<_, 4>(&*qp);
+        workqueue::flush_work::<_, 7>(&*qp);
+    }
     qp.purge_rx();
     // Every context that could hand the sending (or a fault) over has finished by now. The
     // fault work runs on a system workqueue: it must be done before the module may go.

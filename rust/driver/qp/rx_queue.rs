@@ -43,6 +43,13 @@
 //! packets waiting longer than the peer's Local ACK Timeout would make it resend its window.
 //! If the work item has run, the queue is moving (a run that leaves packets queues the next),
 //! and the deadline is armed again.
+//!
+//! A stream of RDMA Read responses is the exception: its work item runs in a worker thread of
+//! an unbound, high-priority workqueue, which the scheduler starts on whichever CPU is free.
+//! Responses arrive on the responder's CPU, so "the other CPU" is mostly the requester's
+//! client's, busy posting and polling; there, softirq work past its budget went to `ksoftirqd`,
+//! which waited behind the client while the responder's CPU idled. Streams of requests keep
+//! the softirq: on worker threads their Sends and Writes ran slower (docs/experiments.md).
 
 use super::super::{counters::Counters, dev_shared::MAX_RX_QUEUED};
 use super::run_flag::RunFlag;
@@ -84,6 +91,9 @@ pub(crate) struct RxQueue {
     /// The QP's requester may keep more than one RDMA Read outstanding (`max_rd_atomic` above
     /// 1): responses of another Read may follow the ones arriving.
     reads_overlap: AtomicBool,
+    /// The last packet queued, other than by a full queue's helper, was an RDMA Read response:
+    /// the work item runs on any CPU (see the module's docs).
+    any_cpu: AtomicBool,
     /// Packets queued or in hand, not yet handed to the core. Lowered under the QP lock only,
     /// so a receive path that reads 0 comes after every packet queued before its own.
     held: AtomicUsize,
@@ -149,6 +159,7 @@ impl RxQueue {
             handed: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
             closed: AtomicBool::new(false),
+            any_cpu: AtomicBool::new(false),
             kicked: RunFlag::new(),
             armed: RunFlag::new(),
             runs: AtomicU32::new(0),
@@ -161,16 +172,32 @@ impl WorkItem<4> for QpShared {
     type Pointer = Arc<QpShared>;
 
     fn run(this: Arc<QpShared>) {
-        this.rx.kicked.begin();
-        this.rx.runs.fetch_add(1, Ordering::Relaxed);
-        this.rx_work_queued
-            .ran(&this.dev.counters.rx_queue_delay_max_us);
+        this.run_rx();
+    }
+}
+
+impl WorkItem<7> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        this.run_rx();
+    }
+}
+
+impl QpShared {
+    /// A run of the receive queue's work item, in softirq context (`rx_work`) or in a worker
+    /// for any CPU (`rx_any_work`): a batch.
+    fn run_rx(self: &Arc<Self>) {
+        self.rx.kicked.begin();
+        self.rx.runs.fetch_add(1, Ordering::Relaxed);
+        self.rx_work_queued
+            .ran(&self.dev.counters.rx_queue_delay_max_us);
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
         // bottom halves come back on. They stay off from a batch's claim to its hand-in, so
         // that nothing that runs on this CPU meanwhile can wait for it.
         crate::sync::bh::with_bh_disabled(|| {
-            if this.handle_rx_batch(false) && this.rx_waiting() {
-                this.schedule_rx(|| None);
+            if self.handle_rx_batch(false) && self.rx_waiting() {
+                self.schedule_rx(|| None);
             }
         });
     }
@@ -217,6 +244,8 @@ impl WorkItem<5> for QpShared {
 pub(crate) enum RxTarget {
     /// Another CPU than this one ([`backlog::other_cpu`]).
     Other,
+    /// Whichever CPU the scheduler finds free (a stream of RDMA Read responses).
+    AnyCpu,
     /// The CPU given.
     Cpu(u32),
     /// The queue is full: the packet joins it, and this CPU handles a batch at once.
@@ -231,17 +260,20 @@ impl QpShared {
     /// QP with one Read in flight at a time, and either a stream is arriving (packets wait in
     /// the backlog behind it, or more of its burst follow: `burst`) or it is a request whose
     /// response this CPU could not send at once; an empty queue never past the device's limit
-    /// (`None`: the caller handles it at once). Decided on a glance at the packet's BTH `g`.
-    /// Softirq context.
+    /// (`None`: the caller handles it at once). A Read response's work item runs on any CPU
+    /// ([`RxTarget::AnyCpu`]), another packet's on the other CPU. Decided on a glance at the
+    /// packet's BTH `g`. Softirq context.
     pub(crate) fn queues_rx(&self, g: &Glance, burst: bool) -> Option<RxTarget> {
         let full = self.rx.waiting.len() >= MAX_QUEUED
             || self.dev.rx_queued.load(Ordering::Relaxed) >= MAX_RX_QUEUED;
+        let response = g.opcode.info().operation == Operation::RdmaReadResponse;
+        let elsewhere = if response {
+            RxTarget::AnyCpu
+        } else {
+            RxTarget::Other
+        };
         if self.rx.held.load(Ordering::Relaxed) > 0 {
-            let to = if full {
-                RxTarget::Help
-            } else {
-                RxTarget::Other
-            };
+            let to = if full { RxTarget::Help } else { elsewhere };
             return Some(to);
         }
         if full {
@@ -252,9 +284,7 @@ impl QpShared {
         }
         // The responses of a QP that has one Read in flight at a time: nothing overlaps with
         // their handling, so a hand-off would only lengthen the Read's round trip.
-        if g.opcode.info().operation == Operation::RdmaReadResponse
-            && !self.rx.reads_overlap.load(Ordering::Relaxed)
-        {
+        if response && !self.rx.reads_overlap.load(Ordering::Relaxed) {
             return None;
         }
         // A request whose response could not leave from here until another CPU's backlog has
@@ -265,7 +295,7 @@ impl QpShared {
                 return Some(RxTarget::Cpu(cpu));
             }
         }
-        (burst || backlog::waiting_here() >= STREAM).then_some(RxTarget::Other)
+        (burst || backlog::waiting_here() >= STREAM).then_some(elsewhere)
     }
 
     /// Adds a packet to the receive queue ([`Self::queues_rx`] said so) and wakes the work item.
@@ -275,9 +305,15 @@ impl QpShared {
         self.dev.rx_queued.fetch_add(1, Ordering::Relaxed);
         self.rx.held.fetch_add(1, Ordering::Relaxed);
         self.rx.waiting.push(skb);
+        if !matches!(to, RxTarget::Help) {
+            let any_cpu = matches!(to, RxTarget::AnyCpu);
+            if self.rx.any_cpu.load(Ordering::Relaxed) != any_cpu {
+                self.rx.any_cpu.store(any_cpu, Ordering::Relaxed);
+            }
+        }
         self.schedule_rx(|| match to {
             RxTarget::Cpu(cpu) => Some(cpu),
-            RxTarget::Other | RxTarget::Help => backlog::other_cpu(),
+            RxTarget::Other | RxTarget::AnyCpu | RxTarget::Help => backlog::other_cpu(),
         });
         if matches!(to, RxTarget::Help) {
             let _ = self.handle_rx_batch(true);
@@ -287,15 +323,19 @@ impl QpShared {
     /// Queues the receive queue's work item and arms the urgent one, each unless it is queued
     /// and has not begun its run (which then takes what was queued before this call). The
     /// urgent one is armed even when the work item was queued already: an urgent run may have
-    /// emptied the queue since, and what comes now needs a deadline too. `to` gives the CPU
-    /// the work goes to (a packet was just queued), or `None` to continue on this one (a run
-    /// left packets); it is asked only when the work item is to be queued. Softirq context, or
-    /// bottom halves disabled.
+    /// emptied the queue since, and what comes now needs a deadline too. The work goes to any
+    /// CPU while the queue's last new run was for Read responses; otherwise `to` gives the CPU
+    /// (a packet was just queued), or `None` to continue on this one (a run left packets), and
+    /// it is asked only when the work item is to be queued. Softirq context, or bottom halves
+    /// disabled.
     pub(super) fn schedule_rx(self: &Arc<Self>, to: impl FnOnce() -> Option<u32>) {
         self.rx_work_queued.mark();
         if self.rx.kicked.claim() {
             if backlog::other_cpu().is_none() {
                 let _ = workqueue::queue().enqueue::<_, 4>(self.clone());
+            } else if self.rx.any_cpu.load(Ordering::Relaxed) {
+                Counters::inc(&self.dev.counters.rx_queue_any_cpu_runs);
+                let _ = workqueue::any_cpu_queue().enqueue::<_, 7>(self.clone());
             } else if let Some(cpu) = to() {
                 // In softirq context there, at once: a task busy on that CPU (a receiver
                 // polling its CQ) does not hold it back as it would a worker thread.

@@ -310,6 +310,7 @@ impl QpVerbs for RvrDevice {
                     odp_work <- kernel::new_work!("rvrdma_qp_odp"),
                     rx <- RxQueue::new(),
                     rx_work <- kernel::new_work!("rvrdma_qp_rx"),
+                    rx_any_work <- kernel::new_work!("rvrdma_qp_rx_any"),
                     rx_urgent <- kernel::new_delayed_work!("rvrdma_qp_rx_urgent"),
                     linger_work <- kernel::new_work!("rvrdma_qp_linger"),
                     work_queued: Default::default(),
