@@ -39,6 +39,22 @@ klog_file=$results/kernel.log
 stdbuf -oL dmesg --follow >"$klog_file" 2>/dev/null &
 klog_pid=$!
 
+# ---- the UDP hash secrets, set while the guest is idle ------------------------------------------
+# The first UDP connect or lookup of each family sets a hash secret once (net_get_random_once),
+# which flips a static key: a live text patch. Under TCG a vCPU that runs the patched code during
+# the patch can trap on its int3 ("Oops: int3" in udp6_ehashfn has panicked a guest in
+# 07-coexist), so the secrets are set here, before any test runs UDP on both CPUs.
+python3 - <<'PY' 2>/dev/null
+import socket
+for fam, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+    try:
+        with socket.socket(fam, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))
+            s.send(b"x")
+    except OSError:
+        pass
+PY
+
 # klog_text: the kernel log so far (the followed copy; dmesg if following failed).
 klog_text() {
 	if [ -s "$klog_file" ]; then cat "$klog_file"; else dmesg 2>/dev/null; fi
