@@ -33,7 +33,7 @@ done
 [ -z "$ko_b" ] || [ -f "$ko_b" ] || { echo "-b $ko_b: no such file" >&2; exit 2; }
 # The 4 KiB bandwidth lines move as many bytes as the SIZE ones: at 2,000 messages a 4 KiB line
 # lasted a quarter of a second, which one stall of the receive path (up to 20 ms under TCG) or
-# a run's start could move by a tenth.
+# a run's start could move by nearly a tenth.
 small_iters=$((bw_iters * size / 4096))
 [ "$small_iters" -ge "$bw_iters" ] || small_iters=$bw_iters
 # Each line: a name, the tool and its arguments (without -n, the iteration count of its kind).
