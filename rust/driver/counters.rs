@@ -124,6 +124,9 @@ counters! {
     /// Sends of the request stream by the work item that waits on another CPU for a
     /// doorbell's signaled RDMA Read or atomic (see `qp::linger`): about one a request.
     tx_linger_handoffs,
+    /// Times that work item took a client's next WQEs from its send ring before their doorbell
+    /// (see `qp::linger`).
+    tx_linger_ring_takes,
     /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
     /// `net::tx::Burst`).
     tx_burst_pkts,

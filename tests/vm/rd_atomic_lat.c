@@ -7,11 +7,13 @@
  * (qp/linger.rs), else sends it itself; the caller counts which (tx_linger_handoffs). A client
  * must post within microseconds of its completion to meet that work item, hence C.
  *
- * In batches of 16 Reads and 16 Fetch & Adds, alternating, each to its own target: each
- * completion's status, opcode, length and wr_id; after each batch every Read's bytes against B's
- * source (and the bytes after its target, which must be untouched) and every Fetch & Add's
- * returned value against the counter's value before it; at the end, B's counter against the
- * sum of all adds.
+ * In batches of 16 Reads and 16 Fetch & Adds, alternating, each to its own target, then one
+ * RDMA Write (that work item also takes the WQE a client posts next, whatever it is, from the
+ * send ring before its doorbell): each completion's status, opcode, length and wr_id; after
+ * each batch every Read's bytes against B's source (and the bytes after its target, which must
+ * be untouched), every Fetch & Add's returned value against the counter's value before it, and
+ * the Write's bytes in B (and the bytes after them); at the end, B's counter against the sum
+ * of all adds.
  * Prints the mean round trip ("# mean round trip: N us"). Exits 0 when all holds, 1 with a
  * message otherwise.
  */
@@ -28,6 +30,9 @@
 #define STRIDE 8192		/* A: Read i of a batch lands at STRIDE i, a guard after it */
 #define RESULT_AT (128 << 10)	/* A: Fetch & Add i of a batch returns at RESULT_AT + 8 i */
 #define BATCH 16
+#define WRITE_FROM (160 << 10)	/* A: the batch's RDMA Write's source */
+#define WRITE_AT (192 << 10)	/* B: where it lands, a guard after it */
+#define NWR (2 * BATCH + 1)	/* WRs a batch: the Reads and adds, then the Write */
 #define GUARD 64		/* bytes after each Read's target that must stay as they were */
 #define GUARD_BYTE 0x5a
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
@@ -153,6 +158,7 @@ static int post_each(struct side *a, struct ibv_send_wr *wrs, int n)
 		}
 		if (wrs[i].opcode == IBV_WR_RDMA_READ ?
 		    wc.opcode != IBV_WC_RDMA_READ || wc.byte_len != wrs[i].sg_list->length :
+		    wrs[i].opcode == IBV_WR_RDMA_WRITE ? wc.opcode != IBV_WC_RDMA_WRITE :
 		    wc.opcode != IBV_WC_FETCH_ADD || wc.byte_len != 8) {
 			fprintf(stderr, "FAIL: wr_id %llu: completion opcode %d, byte_len %u\n",
 				(unsigned long long)wrs[i].wr_id, wc.opcode, wc.byte_len);
@@ -165,10 +171,10 @@ static int post_each(struct side *a, struct ibv_send_wr *wrs, int n)
 int main(int argc, char **argv)
 {
 	struct side a = { 0 }, b = { 0 };
-	struct ibv_send_wr wrs[2 * BATCH];
-	struct ibv_sge sges[2 * BATCH];
+	struct ibv_send_wr wrs[NWR];
+	struct ibv_sge sges[NWR];
 	uint64_t seed, counter, adds[BATCH];
-	uint32_t offs[BATCH], sizes[BATCH];
+	uint32_t offs[BATCH], sizes[BATCH], wlen;
 	static const uint32_t size_choice[] = { 1, 8, 64, 1000, 4096 };
 	struct ibv_device **list;
 	int n, err, r, i, batches;
@@ -240,8 +246,23 @@ int main(int argc, char **argv)
 					       .compare_add = adds[i], .rkey = b.mr->rkey },
 			};
 		}
+		wlen = size_choice[rnd() % 5];
+		for (uint32_t k = 0; k < wlen; k++) {
+			a.buf[WRITE_FROM + k] = (uint8_t)rnd();
+			b.buf[WRITE_AT + k] = (uint8_t)~a.buf[WRITE_FROM + k];
+		}
+		memset(b.buf + WRITE_AT + wlen, GUARD_BYTE, GUARD);
+		sges[2 * BATCH] = (struct ibv_sge){
+			.addr = (uintptr_t)(a.buf + WRITE_FROM), .length = wlen, .lkey = a.mr->lkey,
+		};
+		wrs[2 * BATCH] = (struct ibv_send_wr){
+			.wr_id = 2 * BATCH, .sg_list = &sges[2 * BATCH], .num_sge = 1,
+			.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+			.wr.rdma = { .remote_addr = (uintptr_t)(b.buf + WRITE_AT),
+				     .rkey = b.mr->rkey },
+		};
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-		if (post_each(&a, wrs, 2 * BATCH))
+		if (post_each(&a, wrs, NWR))
 			return 1;
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		in_flight += (t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) / 1e3;
@@ -270,15 +291,28 @@ int main(int argc, char **argv)
 			}
 			counter += adds[i];
 		}
+		for (uint32_t k = 0; k < wlen; k++)
+			if (b.buf[WRITE_AT + k] != a.buf[WRITE_FROM + k]) {
+				fprintf(stderr, "FAIL: batch %d: the Write (%u bytes) differs in B at "
+					"byte %u: %#x, want %#x\n", r, wlen, k, b.buf[WRITE_AT + k],
+					a.buf[WRITE_FROM + k]);
+				return 1;
+			}
+		for (uint32_t k = 0; k < GUARD; k++)
+			if (b.buf[WRITE_AT + wlen + k] != GUARD_BYTE) {
+				fprintf(stderr, "FAIL: batch %d: the Write (%u bytes) wrote past its end "
+					"in B, at byte %u\n", r, wlen, wlen + k);
+				return 1;
+			}
 	}
 	if (memcmp(b.buf + SRC, &counter, 8)) {
 		fprintf(stderr, "FAIL: B's counter after the last batch is not the sum of the adds\n");
 		return 1;
 	}
-	printf("# mean round trip: %.0f us\n", in_flight / (batches * BATCH * 2));
-	printf("ok: %d signaled RDMA Reads and Fetch & Adds, each posted once the one before "
-	       "completed: every Read's bytes and every atomic's result are right\n",
-	       batches * BATCH * 2);
+	printf("# mean round trip: %.0f us\n", in_flight / (batches * NWR));
+	printf("ok: %d signaled RDMA Reads and Fetch & Adds and %d RDMA Writes, each posted once "
+	       "the one before completed: every Read's and Write's bytes and every atomic's "
+	       "result are right\n", batches * BATCH * 2, batches);
 	ibv_destroy_qp(a.qp);
 	ibv_destroy_qp(b.qp);
 	ibv_dereg_mr(a.mr);

@@ -16,11 +16,18 @@
 //! that waited in vain, fewer doorbells queue one (see [`Linger::back_off`]). (rdma_rxe's round
 //! trip runs on its workqueue the same way: there, the doorbell mostly finds the worker still
 //! busy with the last round trip.)
+//!
+//! While it waits, the item also watches the QP's send ring: user space posts a WQE into the
+//! mapped ring and only then makes the doorbell's system call. The item takes a WQE it sees
+//! there and sends it at once, so the client's system call (and the first use of the FPU in
+//! it, which saves the user's FPU state) is off the round trip; the doorbell then finds the
+//! WQE gone. rdma_rxe's requester reads the same ring whenever it runs.
 
 use super::run_flag::RunFlag;
-use super::QpShared;
+use super::{Entry, QpShared};
 use crate::driver::counters::Counters;
 use crate::net::backlog;
+use crate::rvcore::qp_state::QpState;
 use crate::sync::{bh::with_bh_disabled, clock::now_ns, sched, workqueue};
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{sync::Arc, workqueue::WorkItem};
@@ -172,7 +179,8 @@ impl QpShared {
         }
     }
 
-    /// The waiting work item: sends the request stream's packets as doorbells leave them,
+    /// The waiting work item: sends the request stream's packets as doorbells leave them, and
+    /// takes and sends the WQEs it sees in the send ring before their doorbells,
     /// until none came in the wait after the last round trip (see
     /// [`Linger::round_trip_ended`]), another task wants the CPU, or the run has lasted
     /// [`LINGER_RUN_MAX_NS`].
@@ -218,6 +226,19 @@ impl QpShared {
                         core::hint::spin_loop();
                     }
                 }
+            } else if self.sq_posted() {
+                // The client posted its next WQEs and has not rung yet: take and send them
+                // now, a system call before their doorbell (which then finds them gone).
+                l.beat.store(u64::MAX, Ordering::Relaxed);
+                if self.drive(Entry::RingWatch) {
+                    self.refresh_routes();
+                    let _ = self.drive(Entry::RingWatch);
+                }
+                if self.requests.is_empty() {
+                    Counters::inc(&self.dev.counters.tx_linger_handoffs);
+                    served = true;
+                    until = l.round_trip_ended(now);
+                }
             } else if now >= until.max(l.until.load(Ordering::Relaxed)) {
                 waited_out = true;
                 break;
@@ -233,6 +254,16 @@ impl QpShared {
         // A doorbell that found `waiting` set after the last look left its request to us.
         fence(Ordering::SeqCst);
         self.flush_stream(true);
+    }
+}
+
+impl QpShared {
+    /// Whether user space posted send WQEs to this QP, in RTS, that no doorbell has taken yet
+    /// (a look that gives way to any holder of the QP lock).
+    fn sq_posted(&self) -> bool {
+        self.inner
+            .try_lock()
+            .is_some_and(|g| !g.dead && g.core.state() == QpState::Rts && g.user.sq_posted())
     }
 }
 

@@ -298,6 +298,9 @@ enum Entry<'a> {
     Work,
     /// The user rang the send doorbell.
     Doorbell,
+    /// The request stream's waiting work item saw send WQEs in the user's ring before their
+    /// doorbell (see [`linger`]).
+    RingWatch,
     /// A packet arrived.
     Packet(&'a Headers, Payload<'a>, &'a PathMatch),
     /// Packets wait in the receive queue, and there was no memory for a batch: its work item,
@@ -379,6 +382,7 @@ impl QpShared {
     /// it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
         let doorbell = matches!(entry, Entry::Doorbell);
+        let watch = matches!(entry, Entry::RingWatch);
         let (pending, more, route, fault, send) = {
             let mut g = self.lock_in_order(&entry);
             if g.dead {
@@ -395,6 +399,9 @@ impl QpShared {
             let (more, need_route) = self.locked(inner, now, entry);
             inner.paths.need_route |= need_route;
             let route = inner.paths.lookup_due();
+            if watch && !matches!(inner.user.took(), Taken::Nothing) {
+                Counters::inc(&self.dev.counters.tx_linger_ring_takes);
+            }
             let send = match (doorbell, inner.user.took()) {
                 (true, Taken::RdAtomic { signaled: false })
                     if inner.core.sq_logic().config().max_rd_atomic > 1 =>
@@ -434,9 +441,13 @@ impl QpShared {
 
     /// Takes the QP lock for `entry`. What may handle a received packet or take one from the
     /// receive queue first waits, without the lock, for the batches in hand to be handed in
-    /// (they came before); a batch whose turn it is, a doorbell or a port change does not.
+    /// (they came before); a batch whose turn it is, a doorbell (or the ring watch that takes
+    /// its WQEs first) or a port change does not.
     fn lock_in_order(&self, entry: &Entry<'_>) -> Guard<'_, QpInner, IrqSpinLockBackend> {
-        let waits = !matches!(entry, Entry::RxBatch(_) | Entry::Doorbell | Entry::Ports);
+        let waits = !matches!(
+            entry,
+            Entry::RxBatch(_) | Entry::Doorbell | Entry::RingWatch | Entry::Ports
+        );
         let g = self.inner.lock();
         if !waits || g.dead || !self.rx_in_hand() {
             return g;
@@ -529,7 +540,7 @@ impl QpShared {
                 usize::MAX
             }
             Entry::RxQueue(_) => rx_queue::BATCH,
-            Entry::RxBatch(_) | Entry::Doorbell | Entry::Ports => 0,
+            Entry::RxBatch(_) | Entry::Doorbell | Entry::RingWatch | Entry::Ports => 0,
         };
         let mut checked = None;
         for _ in 0..drain {
@@ -570,7 +581,11 @@ impl QpShared {
                 }
             }
             Entry::Unsupported(bth, pm) => core.receive_unsupported(now, bth, pm, &mut out),
-            Entry::Work | Entry::Doorbell | Entry::RxQueue(_) | Entry::RxBatch(_) => {}
+            Entry::Work
+            | Entry::Doorbell
+            | Entry::RingWatch
+            | Entry::RxQueue(_)
+            | Entry::RxBatch(_) => {}
         }
         let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
         // A WQE whose memory is not resident was not started; a payload that vanished since

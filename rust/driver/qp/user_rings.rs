@@ -134,6 +134,11 @@ impl UserRings {
         self.took
     }
 
+    /// Whether user space posted send WQEs since the last pull that the core has slots for.
+    pub(crate) fn sq_posted(&self) -> bool {
+        !self.sq_blocked && self.sq.as_ref().is_some_and(|s| !s.is_empty())
+    }
+
     /// Whether send WQEs wait in the ring for send slots the core has freed since the last
     /// pull (an ACK retired WQEs after it): the QP must pull again.
     pub(crate) fn sq_waits(&self, core: &CoreQp) -> bool {
