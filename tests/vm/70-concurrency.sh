@@ -83,7 +83,7 @@ main() {
 	check "the churned workers: some iterations on $CH ran to their end, some were cut by its deletion (DEVICE_FATAL)" \
 		raced
 	diag "churn: $(tail -n 1 "$DIR/churn.txt")"
-	check "rdma link add/delete $CH: >= $MIN_CYCLES cycles in $SECS s, every add and delete succeeded within $LIMIT s" \
+	check "rdma link add/delete $CH: >= $MIN_CYCLES cycles in $SECS s, every add, its GID and every delete within $LIMIT s" \
 		churned_ok
 	check "no $CH left after the churn" eval "dev_gone $CH && rdma_lists_not $CH"
 	check "rdma resource show: ${DUT}0, ${DUT}1 and $PEER hold what they held before (no leak)" \
@@ -103,11 +103,13 @@ main() {
 	ktap_finished
 }
 
-# churn: for SECS s, rdma link add $CH on veth2, keep it 1-2 s (every fifth time 5 s, so that
-# the churned workers also complete whole iterations), delete it, wait 0.3-1 s. Prints a line
-# per failure and, last, "cycles N failures F slowest-add A ms slowest-delete D ms".
+# churn: for SECS s, rdma link add $CH on veth2, wait for its GID, keep it 1-2 s (every fifth
+# time 5 s, so that the churned workers also complete whole iterations; both scaled), delete it,
+# wait 0.3-1 s.
+# Prints a line per failure and, last, "cycles N failures F slowest-add A ms slowest-gid G ms
+# slowest-delete D ms".
 churn() {
-	local end=$((SECONDS + SECS)) c=0 fail=0 out t ms up maxa=0 maxd=0
+	local end=$((SECONDS + SECS)) c=0 fail=0 out t ms up maxa=0 maxg=0 maxd=0
 	while [ "$SECONDS" -lt "$end" ]; do
 		c=$((c + 1))
 		# An add naming an existing device would add a port to it (41-apm): never here.
@@ -122,12 +124,22 @@ churn() {
 		if out=$(in_a timeout "$LIMIT" rdma link add "$CH" type "$RVRDMA_LINK_TYPE" netdev veth2 2>&1); then
 			ms=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
 			[ "$ms" -gt "$maxa" ] && maxa=$ms
+			# The workers can only open it once ib_core has put its GID in (seconds on the
+			# debug kernel): its time up counts from then.
+			t=${EPOCHREALTIME/[.,]/}
+			if wait_for "$LIMIT" has_gid "$CH" 10.77.1.1 >/dev/null; then
+				ms=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
+				[ "$ms" -gt "$maxg" ] && maxg=$ms
+			else
+				fail=$((fail + 1))
+				echo "cycle $c: $CH had no RoCE v2 GID for 10.77.1.1 $LIMIT s after its add"
+			fi
 		else
 			fail=$((fail + 1))
 			echo "cycle $c: rdma link add $CH failed: $out"
 		fi
-		up=$((1000 + RANDOM % 1000))
-		[ $((c % 5)) -eq 0 ] && up=5000
+		up=$(((1000 + RANDOM % 1000) * SCALE))
+		[ $((c % 5)) -eq 0 ] && up=$((5000 * SCALE))
 		sleep "$((up / 1000)).$(printf %03d $((up % 1000)))"
 		if dev_exists "$CH"; then
 			t=${EPOCHREALTIME/[.,]/}
@@ -145,7 +157,7 @@ churn() {
 		fi
 		sleep "0.$((300 + RANDOM % 700))"
 	done
-	echo "cycles $c failures $fail slowest-add $maxa ms slowest-delete $maxd ms"
+	echo "cycles $c failures $fail slowest-add $maxa ms slowest-gid $maxg ms slowest-delete $maxd ms"
 }
 
 churned_ok() {

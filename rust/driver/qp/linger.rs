@@ -24,13 +24,18 @@
 //! WQE gone. rdma_rxe's requester reads the same ring whenever it runs.
 
 use super::run_flag::RunFlag;
-use super::{Entry, QpShared};
+use super::{Entry, QpInner, QpShared};
 use crate::driver::counters::Counters;
 use crate::net::backlog;
 use crate::rvcore::qp_state::QpState;
-use crate::sync::{bh::with_bh_disabled, clock::now_ns, sched, workqueue};
+use crate::sync::{
+    bh::with_bh_disabled, clock::now_ns, irq_spinlock::IrqSpinLockBackend, sched, workqueue,
+};
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use kernel::{sync::Arc, workqueue::WorkItem};
+use kernel::{
+    sync::{lock::Guard, Arc},
+    workqueue::WorkItem,
+};
 
 /// How long, at least, the waiting work item waits for a doorbell's request after the last
 /// round trip ended. Under TCG a client posts again 5 to 10 us after its completion; waking a
@@ -164,6 +169,15 @@ impl QpShared {
         self.flush_stream(false);
     }
 
+    /// The QP lock, held, if user space posted send WQEs to this QP, in RTS, that no doorbell
+    /// has taken yet (a look that gives way to any holder of the lock); the take goes on
+    /// under it.
+    fn sq_posted(&self) -> Option<Guard<'_, QpInner, IrqSpinLockBackend>> {
+        self.inner
+            .try_lock()
+            .filter(|g| !g.dead && g.core.state() == QpState::Rts && g.user.sq_posted())
+    }
+
     /// Queues the waiting work item on another CPU, unless it is queued and not yet begun or
     /// this doorbell is to skip it (see [`Linger::back_off`]).
     fn ask_linger(self: &Arc<Self>) {
@@ -226,11 +240,11 @@ impl QpShared {
                         core::hint::spin_loop();
                     }
                 }
-            } else if self.sq_posted() {
+            } else if let Some(g) = self.sq_posted() {
                 // The client posted its next WQEs and has not rung yet: take and send them
                 // now, a system call before their doorbell (which then finds them gone).
                 l.beat.store(u64::MAX, Ordering::Relaxed);
-                if self.drive(Entry::RingWatch) {
+                if self.drive_locked(g, Entry::RingWatch) {
                     self.refresh_routes();
                     let _ = self.drive(Entry::RingWatch);
                 }
@@ -254,16 +268,6 @@ impl QpShared {
         // A doorbell that found `waiting` set after the last look left its request to us.
         fence(Ordering::SeqCst);
         self.flush_stream(true);
-    }
-}
-
-impl QpShared {
-    /// Whether user space posted send WQEs to this QP, in RTS, that no doorbell has taken yet
-    /// (a look that gives way to any holder of the QP lock).
-    fn sq_posted(&self) -> bool {
-        self.inner
-            .try_lock()
-            .is_some_and(|g| !g.dead && g.core.state() == QpState::Rts && g.user.sq_posted())
     }
 }
 

@@ -381,10 +381,22 @@ impl QpShared {
     /// route lookup is due (the work item it schedules does it; a process-context caller may do
     /// it first).
     fn drive(self: &Arc<Self>, entry: Entry<'_>) -> bool {
+        let g = self.lock_in_order(&entry);
+        self.drive_locked(g, entry)
+    }
+
+    /// [`Self::drive`] with the QP lock already held, as [`Self::lock_in_order`] would have
+    /// taken it for `entry`.
+    fn drive_locked(
+        self: &Arc<Self>,
+        g: Guard<'_, QpInner, IrqSpinLockBackend>,
+        entry: Entry<'_>,
+    ) -> bool {
         let doorbell = matches!(entry, Entry::Doorbell);
         let watch = matches!(entry, Entry::RingWatch);
         let (pending, more, route, fault, send) = {
-            let mut g = self.lock_in_order(&entry);
+            // Moved in here, so that the lock is released at the block's end, before sending.
+            let mut g = g;
             if g.dead {
                 if let Entry::RxBatch(batch) = entry {
                     // Those that failed the check are counted already.
