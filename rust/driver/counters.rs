@@ -166,6 +166,37 @@ counters! {
     odp_drops,
 }
 
+/// The sum of the core counters [`Counters::fold`] adds to the device's. Each of them only grows,
+/// so the sum moves exactly when one of them does: a QP compares it alone after each locked
+/// section, and folds (two dozen comparisons) only when it moved.
+pub fn folded_total(c: &QpCounters) -> u64 {
+    [
+        c.rq.duplicates,
+        c.rq.sequence_errors,
+        c.sq.rnr_naks_received,
+        c.rq.rnr_naks_sent,
+        c.sq.seq_naks_received,
+        c.rq.seq_naks_sent,
+        c.sq.retries,
+        c.sq.retransmitted,
+        c.sq.timeouts,
+        c.sq.credit_stalls,
+        c.sq.credit_probes,
+        c.rq.unsolicited_acks,
+        c.sq.credit_acks_received,
+        c.sq.duplicate_responses,
+        c.migrations,
+        c.mig_errors,
+        c.auto_rearms,
+        c.port_failovers,
+        c.dropped,
+        c.pkey_violations,
+        c.qkey_violations,
+    ]
+    .iter()
+    .fold(0u64, |a, v| a.wrapping_add(*v))
+}
+
 impl Counters {
     /// Adds what a QP's core counters advanced since `last`, and updates `last`.
     pub fn fold(&self, now: &QpCounters, last: &mut QpCounters) {

@@ -41,7 +41,7 @@ main() {
 		skip_all "rdma_rxe has no disassociate_ucontext: deleting a device in use waits for its processes"
 	ktap_print_header
 	ktap_set_plan $((STABLE + CHURNED + 9))
-	local t0 base i rcs=() pids=() cpid args
+	local t0 t base i rcs=() pids=() cpid args
 	t0=$(klog_mark "70-concurrency start")
 	dut_setup 2
 	pair_up
@@ -53,8 +53,6 @@ main() {
 	[ "$(grep -c . <<<"$base")" -eq 3 ] || fail_rest "rdma resource show lacks a device: $base"
 	diag "before: $(tr '\n' ';' <<<"$base")"
 
-	churn >"$DIR/churn.txt" 2>&1 &
-	cpid=$!
 	for ((i = 0; i < STABLE + CHURNED; i++)); do
 		if [ "$i" -lt "$STABLE" ]; then
 			args=("${DUT}0" 10.77.0.1 "${DUT}1" 10.77.0.2)
@@ -65,6 +63,13 @@ main() {
 			--timeout "$TMO" >"$DIR/w$i.txt" 2>&1 &
 		pids+=($!)
 	done
+	# Eight Pythons starting at once take over a minute on the debug kernel: the churn starts
+	# once every worker runs, or it could be over before they look at the device.
+	t=$SECONDS
+	wait_for "$LIMIT" workers_started || diag "not every worker started within $LIMIT s"
+	diag "the workers started within $((SECONDS - t)) s"
+	churn >"$DIR/churn.txt" 2>&1 &
+	cpid=$!
 	for ((i = 0; i < STABLE + CHURNED; i++)); do
 		wait "${pids[i]}"
 		rcs+=($?)
@@ -104,15 +109,23 @@ main() {
 	ktap_finished
 }
 
+# workers_started: every worker printed its first line.
+workers_started() {
+	local i
+	for ((i = 0; i < STABLE + CHURNED; i++)); do
+		grep -q '^churn.py ' "$DIR/w$i.txt" 2>/dev/null || return 1
+	done
+}
+
 # churn: for SECS s, rdma link add $CH on veth2, wait for its GID, keep it 1-2 s (every fifth
 # time, the second first, 5 s, so that the churned workers also complete whole iterations; both
 # scaled), delete it, wait 0.3-1 s.
-# Prints a line per failure and, last, "cycles N failures F slowest-add A ms slowest-gid G ms
-# slowest-delete D ms".
+# Prints a line per cycle (its add, GID wait, time up and delete, ms), a line per failure and,
+# last, "cycles N failures F slowest-add A ms slowest-gid G ms slowest-delete D ms".
 churn() {
-	local end=$((SECONDS + SECS)) c=0 fail=0 out t ms up maxa=0 maxg=0 maxd=0
+	local end=$((SECONDS + SECS)) c=0 fail=0 out t up maxa=0 maxg=0 maxd=0 a g d
 	while [ "$SECONDS" -lt "$end" ]; do
-		c=$((c + 1))
+		c=$((c + 1)) a=- g=- d=-
 		# An add naming an existing device would add a port to it (41-apm): never here.
 		if dev_exists "$CH"; then
 			fail=$((fail + 1))
@@ -123,14 +136,14 @@ churn() {
 		fi
 		t=${EPOCHREALTIME/[.,]/}
 		if out=$(in_a timeout "$LIMIT" rdma link add "$CH" type "$RVRDMA_LINK_TYPE" netdev veth2 2>&1); then
-			ms=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
-			[ "$ms" -gt "$maxa" ] && maxa=$ms
+			a=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
+			[ "$a" -gt "$maxa" ] && maxa=$a
 			# The workers can only open it once ib_core has put its GID in (seconds on the
 			# debug kernel): its time up counts from then.
 			t=${EPOCHREALTIME/[.,]/}
 			if wait_for "$LIMIT" has_gid "$CH" 10.77.1.1 >/dev/null; then
-				ms=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
-				[ "$ms" -gt "$maxg" ] && maxg=$ms
+				g=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
+				[ "$g" -gt "$maxg" ] && maxg=$g
 			else
 				fail=$((fail + 1))
 				echo "cycle $c: $CH had no RoCE v2 GID for 10.77.1.1 $LIMIT s after its add"
@@ -146,8 +159,8 @@ churn() {
 		if dev_exists "$CH"; then
 			t=${EPOCHREALTIME/[.,]/}
 			if out=$(timeout "$LIMIT" rdma link delete "$CH" 2>&1); then
-				ms=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
-				[ "$ms" -gt "$maxd" ] && maxd=$ms
+				d=$(((${EPOCHREALTIME/[.,]/} - t) / 1000))
+				[ "$d" -gt "$maxd" ] && maxd=$d
 				if ! wait_for 5 dev_gone "$CH" >/dev/null; then
 					fail=$((fail + 1))
 					echo "cycle $c: $CH still in sysfs 5 s after rdma link delete returned"
@@ -157,6 +170,7 @@ churn() {
 				echo "cycle $c: rdma link delete $CH failed: $out"
 			fi
 		fi
+		echo "cycle $c: add $a ms, GID $g ms, up $up ms, delete $d ms"
 		sleep "0.$((300 + RANDOM % 700))"
 	done
 	echo "cycles $c failures $fail slowest-add $maxa ms slowest-gid $maxg ms slowest-delete $maxd ms"

@@ -25,7 +25,7 @@ pub(crate) mod user_wqe;
 mod verbs;
 mod work_delay;
 
-use super::counters::Counters;
+use super::counters::{folded_total, Counters};
 use super::cq::CqShared;
 use super::dev_shared::DevShared;
 use super::held_payload::{HeldPayload, Payload};
@@ -167,6 +167,8 @@ pub(crate) struct QpInner {
     depths: (u32, u32),
     /// Core counters already folded into the device's.
     last_counters: QpCounters,
+    /// Their [`folded_total`].
+    last_total: u64,
     /// On-demand paging: packets and WQEs waiting for memory.
     odp: OdpWait,
     /// Set by destroy: nothing runs any more.
@@ -615,7 +617,11 @@ impl QpShared {
             .user
             .schedule_poll(&inner.core, &mut inner.timers, now);
         let now_c = inner.core.counters();
-        self.dev.counters.fold(&now_c, &mut inner.last_counters);
+        let total = folded_total(&now_c);
+        if total != inner.last_total {
+            inner.last_total = total;
+            self.dev.counters.fold(&now_c, &mut inner.last_counters);
+        }
         inner.timers.rearm(self, now);
         // WQEs left in the ring for want of send slots that the entry (an ACK) has since freed
         // are taken by the work item: the pull above came before it.

@@ -279,6 +279,7 @@ impl QpVerbs for RvrDevice {
                 paths: QpPaths::default(),
                 depths: (sq_slots, rq_slots),
                 last_counters: QpCounters::default(),
+                last_total: 0,
                 odp: OdpWait::default(),
                 dead: false,
             };
