@@ -166,130 +166,58 @@ counters! {
     odp_drops,
 }
 
-/// The sum of the core counters [`Counters::fold`] adds to the device's. Each of them only grows,
-/// so the sum moves exactly when one of them does: a QP compares it alone after each locked
-/// section, and folds (two dozen comparisons) only when it moved.
-pub fn folded_total(c: &QpCounters) -> u64 {
-    [
-        c.rq.duplicates,
-        c.rq.sequence_errors,
-        c.sq.rnr_naks_received,
-        c.rq.rnr_naks_sent,
-        c.sq.seq_naks_received,
-        c.rq.seq_naks_sent,
-        c.sq.retries,
-        c.sq.retransmitted,
-        c.sq.timeouts,
-        c.sq.credit_stalls,
-        c.sq.credit_probes,
-        c.rq.unsolicited_acks,
-        c.sq.credit_acks_received,
-        c.sq.duplicate_responses,
-        c.migrations,
-        c.mig_errors,
-        c.auto_rearms,
-        c.port_failovers,
-        c.dropped,
-        c.pkey_violations,
-        c.qkey_violations,
-    ]
-    .iter()
-    .fold(0u64, |a, v| a.wrapping_add(*v))
+/// Defines [`Counters::fold`] and [`folded_total`] from one list of the device counters that
+/// mirror a QP's core counters, each with the core counter it adds up.
+macro_rules! mirrored {
+    ($($dev:ident: $($f:ident).+),* $(,)?) => {
+        /// The sum of the core counters [`Counters::fold`] adds to the device's. Each of them only
+        /// grows, so the sum moves exactly when one of them does: a QP compares it alone after
+        /// each locked section, and folds (two dozen comparisons) only when it moved.
+        pub fn folded_total(c: &QpCounters) -> u64 {
+            0u64$(.wrapping_add(c.$($f).+))*
+        }
+
+        impl Counters {
+            /// Adds what a QP's core counters advanced since `last`, and updates `last`.
+            pub fn fold(&self, now: &QpCounters, last: &mut QpCounters) {
+                let add = |c: &AtomicU64, n: u64, l: u64| {
+                    let d = n.wrapping_sub(l);
+                    if d != 0 {
+                        c.fetch_add(d, Ordering::Relaxed);
+                    }
+                };
+                $(add(&self.$dev, now.$($f).+, last.$($f).+);)*
+                *last = *now;
+            }
+        }
+    };
+}
+
+mirrored! {
+    duplicate_request: rq.duplicates,
+    out_of_seq_request: rq.sequence_errors,
+    rcvd_rnr_err: sq.rnr_naks_received,
+    send_rnr_err: rq.rnr_naks_sent,
+    rcvd_seq_err: sq.seq_naks_received,
+    seq_naks_sent: rq.seq_naks_sent,
+    completer_retry_err: sq.retries,
+    retransmitted_pkts: sq.retransmitted,
+    transport_timeouts: sq.timeouts,
+    credit_stalls: sq.credit_stalls,
+    credit_probes: sq.credit_probes,
+    credit_acks_sent: rq.unsolicited_acks,
+    credit_acks_rcvd: sq.credit_acks_received,
+    duplicate_responses: sq.duplicate_responses,
+    path_migrations: migrations,
+    path_mig_errors: mig_errors,
+    apm_auto_rearms: auto_rearms,
+    apm_port_failovers: port_failovers,
+    qp_dropped: dropped,
+    pkey_violations: pkey_violations,
+    qkey_violations: qkey_violations,
 }
 
 impl Counters {
-    /// Adds what a QP's core counters advanced since `last`, and updates `last`.
-    pub fn fold(&self, now: &QpCounters, last: &mut QpCounters) {
-        let add = |c: &AtomicU64, n: u64, l: u64| {
-            let d = n.wrapping_sub(l);
-            if d != 0 {
-                c.fetch_add(d, Ordering::Relaxed);
-            }
-        };
-        add(
-            &self.duplicate_request,
-            now.rq.duplicates,
-            last.rq.duplicates,
-        );
-        add(
-            &self.out_of_seq_request,
-            now.rq.sequence_errors,
-            last.rq.sequence_errors,
-        );
-        add(
-            &self.rcvd_rnr_err,
-            now.sq.rnr_naks_received,
-            last.sq.rnr_naks_received,
-        );
-        add(
-            &self.send_rnr_err,
-            now.rq.rnr_naks_sent,
-            last.rq.rnr_naks_sent,
-        );
-        add(
-            &self.rcvd_seq_err,
-            now.sq.seq_naks_received,
-            last.sq.seq_naks_received,
-        );
-        add(
-            &self.seq_naks_sent,
-            now.rq.seq_naks_sent,
-            last.rq.seq_naks_sent,
-        );
-        add(&self.completer_retry_err, now.sq.retries, last.sq.retries);
-        add(
-            &self.retransmitted_pkts,
-            now.sq.retransmitted,
-            last.sq.retransmitted,
-        );
-        add(&self.transport_timeouts, now.sq.timeouts, last.sq.timeouts);
-        add(
-            &self.credit_stalls,
-            now.sq.credit_stalls,
-            last.sq.credit_stalls,
-        );
-        add(
-            &self.credit_probes,
-            now.sq.credit_probes,
-            last.sq.credit_probes,
-        );
-        add(
-            &self.credit_acks_sent,
-            now.rq.unsolicited_acks,
-            last.rq.unsolicited_acks,
-        );
-        add(
-            &self.credit_acks_rcvd,
-            now.sq.credit_acks_received,
-            last.sq.credit_acks_received,
-        );
-        add(
-            &self.duplicate_responses,
-            now.sq.duplicate_responses,
-            last.sq.duplicate_responses,
-        );
-        add(&self.path_migrations, now.migrations, last.migrations);
-        add(&self.path_mig_errors, now.mig_errors, last.mig_errors);
-        add(&self.apm_auto_rearms, now.auto_rearms, last.auto_rearms);
-        add(
-            &self.apm_port_failovers,
-            now.port_failovers,
-            last.port_failovers,
-        );
-        add(&self.qp_dropped, now.dropped, last.dropped);
-        add(
-            &self.pkey_violations,
-            now.pkey_violations,
-            last.pkey_violations,
-        );
-        add(
-            &self.qkey_violations,
-            now.qkey_violations,
-            last.qkey_violations,
-        );
-        *last = *now;
-    }
-
     /// Adds one to `c`.
     pub fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
