@@ -114,9 +114,9 @@ run_line() {
 	if [[ " ${args[*]} " != *" -n "* ]]; then
 		if [[ $tool == *_bw ]]; then args+=(-n "$bw_iters"); else args+=(-n "$lat_iters"); fi
 	fi
-	r0=$(retry_count "$d0" "$d1") k0=$(backlog_drops)
+	r0=$(retry_count "$d0" "$d1") k0=$(backlog_drops) c0=$(cpu_counts)
 	out=$(PP_TIMEOUT=900 pf_run "$tool" "$d1" 10.77.0.2 "$d0" 10.77.0.1 "${args[@]}" 2>&1)
-	r1=$(retry_count "$d0" "$d1") k1=$(backlog_drops)
+	r1=$(retry_count "$d0" "$d1") k1=$(backlog_drops) c1=$(cpu_counts)
 	# The result line is the first line starting with the message size: BW average is its
 	# 4th column, MsgRate the 5th (a bandwidth tool's), t_typical the 5th (a latency tool's).
 	if [ "$(unit_of "$tool")" = MB/s ]; then
@@ -132,6 +132,7 @@ run_line() {
 	retries[$type,$name]=$((r1 - r0))
 	echo "# $type $name ($tool ${args[*]}): ${v:-failed}, retries $((r1 - r0))," \
 		"backlog drops $((k1 - k0))" >&2
+	echo "#   $(cpu_delta "$c0" "$c1")" >&2
 	if [[ $type == rvrdma* ]]; then
 		for dev in "$d0" "$d1"; do
 			echo "#   $dev: $(rdma statistic show link "$dev/1" | tr ' ' '\n' | paste - - |
@@ -179,6 +180,31 @@ backlog_drops() {
 	local n=0 d
 	while read -r _ d _; do n=$((n + 16#$d)); done </proc/net/softnet_stat
 	echo "$n"
+}
+
+# cpu_counts: the guest's inter-processor interrupts (function calls, reschedules, IRQ work,
+# each summed over the CPUs), then each CPU's idle and busy jiffies, on one line.
+cpu_counts() {
+	local k
+	for k in CAL RES IWI; do
+		awk -v k="$k:" '$1 == k { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i } END { printf "%d ", n }' /proc/interrupts
+	done
+	awk '/^cpu[0-9]/ { b = 0; for (i = 2; i <= NF; i++) if (i != 5 && i != 6) b += $i; printf "%s %s ", $5 + $6, b }' /proc/stat
+}
+
+# cpu_delta BEFORE AFTER: what a run cost in IPIs, and each CPU's idle share (the setup and the
+# tool's start are inside the window: compare drivers, not absolute shares).
+cpu_delta() {
+	local -a a b
+	local i out
+	read -ra a <<<"$1"
+	read -ra b <<<"$2"
+	out="IPIs: calls $((b[0] - a[0])), reschedules $((b[1] - a[1])), IRQ work $((b[2] - a[2])); idle:"
+	for ((i = 3; i + 1 < ${#b[@]}; i += 2)); do
+		local idle=$((b[i] - a[i])) busy=$((b[i + 1] - a[i + 1]))
+		out+=" $(( idle * 100 / (idle + busy > 0 ? idle + busy : 1) ))%"
+	done
+	echo "$out"
 }
 
 # memcpy_mbs: the guest's memcpy bandwidth in MB/s (64 MiB buffers, one CPU).
