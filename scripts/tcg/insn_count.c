@@ -4,10 +4,11 @@
  * kernel code runs, with its instruction count, whether it ends in an indirect branch (a
  * return, an indirect call or jump: each a block lookup under TCG) and how many memory
  * accesses its runs made (each a softmmu TLB lookup under TCG; a `rep movs` counts one per
- * element moved). The guest drives it through a control file on a shared directory: it writes
- * "SEQ dump NAME", the plugin writes "address instructions executions indirect accesses" per
- * block that ran so far to NAME (a file name, in the control file's directory) and answers
- * "done SEQ" ("error SEQ" if it could not).
+ * element moved), and the instructions in it that TCG runs in a helper call rather than
+ * inline (see `enum kind`). The guest drives it through a control file on a shared directory:
+ * it writes "SEQ dump NAME", the plugin writes "address instructions executions indirect
+ * accesses atomic pause fpu flags system" per block that ran so far to NAME (a file name, in
+ * the control file's directory) and answers "done SEQ" ("error SEQ" if it could not).
  * Counts only grow; the guest dumps before and after a run and the report subtracts. The
  * vCPUs add without atomics: two adding to one block at the same moment may lose one.
  *
@@ -47,9 +48,20 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define KERNEL_START 0xffff800000000000ULL
 #define NBLOCKS (1u << 21)
 
+/* Instructions TCG runs out of line, each far dearer than an inline one. */
+enum kind {
+	K_ATOMIC, /* a locked read-modify-write, `xchg` with memory included (an atomic helper) */
+	K_PAUSE, /* `pause`: leaves the translated code for the vCPU's main loop */
+	K_FPU, /* `xsave*`, `xrstor*`, `fxsave`, `fxrstor`: the FPU state moved by a helper */
+	K_FLAGS, /* `pushf`, `popf`, `cli`, `sti`: interrupt-flag helpers; `sti` ends the block */
+	K_SYSTEM, /* `rdtsc(p)`, `cpuid`, MSR and CR writes, `swapgs`, `iret`, `sysret`, `hlt` */
+	NKINDS
+};
+
 struct block {
 	uint64_t vaddr;
 	uint64_t insns;
+	unsigned int kinds[NKINDS];
 	/* Both updated by the vCPUs' inline adds; a lost add now and then is noise. */
 	uint64_t execs;
 	uint64_t accesses;
@@ -104,6 +116,51 @@ static int is_indirect(const uint8_t *p, size_t size)
 	       (((p[o + 1] >> 3) & 7) == 2 || ((p[o + 1] >> 3) & 7) == 4);
 }
 
+/* Which `enum kind` an instruction is, or NKINDS for an ordinary one. */
+static int kind_of(const uint8_t *p, size_t size)
+{
+	int lock = 0, rep = 0;
+	size_t o = 0;
+	uint8_t op, reg, mod;
+
+	for (; o < size; o++) {
+		if (p[o] == 0xf0)
+			lock = 1;
+		else if (p[o] == 0xf3)
+			rep = 1;
+		else if (!(p[o] == 0xf2 || p[o] == 0x66 || p[o] == 0x67 || p[o] == 0x2e ||
+			   p[o] == 0x36 || p[o] == 0x3e || p[o] == 0x26 || p[o] == 0x64 ||
+			   p[o] == 0x65 || (p[o] & 0xf0) == 0x40))
+			break;
+	}
+	if (o >= size)
+		return NKINDS;
+	op = p[o];
+	mod = o + 1 < size ? p[o + 1] >> 6 : 0;
+	if (lock || ((op == 0x86 || op == 0x87) && mod != 3))
+		return K_ATOMIC;
+	if (op == 0x90 && rep)
+		return K_PAUSE;
+	if (op == 0x9c || op == 0x9d || op == 0xfa || op == 0xfb)
+		return K_FLAGS;
+	if (op == 0xcf || op == 0xf4)
+		return K_SYSTEM;
+	if (op != 0x0f || o + 1 >= size)
+		return NKINDS;
+	op = p[o + 1];
+	mod = o + 2 < size ? p[o + 2] >> 6 : 3;
+	reg = o + 2 < size ? (p[o + 2] >> 3) & 7 : 0;
+	if (op == 0xae && mod != 3 && (reg <= 1 || (reg >= 4 && reg <= 6)))
+		return K_FPU;
+	if (op == 0xc7 && mod != 3 && reg >= 3 && reg <= 5)
+		return K_FPU;
+	if (op == 0x31 || op == 0xa2 || op == 0x30 || op == 0x32 || op == 0x22 || op == 0x07)
+		return K_SYSTEM;
+	if (op == 0x01 && o + 2 < size && (p[o + 2] == 0xf8 || p[o + 2] == 0xf9))
+		return K_SYSTEM;
+	return NKINDS;
+}
+
 static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	uint64_t vaddr = qemu_plugin_tb_vaddr(tb);
@@ -118,8 +175,17 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	last = qemu_plugin_tb_get_insn(tb, n - 1);
 	pthread_mutex_lock(&lock);
 	b = block_at(vaddr, n);
-	if (b)
+	if (b) {
 		b->indirect = is_indirect(qemu_plugin_insn_data(last), qemu_plugin_insn_size(last));
+		memset(b->kinds, 0, sizeof(b->kinds));
+		for (i = 0; i < n; i++) {
+			struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+			int k = kind_of(qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn));
+
+			if (k < NKINDS)
+				b->kinds[k]++;
+		}
+	}
 	pthread_mutex_unlock(&lock);
 	if (!b)
 		return;
@@ -149,8 +215,10 @@ static int dump(const char *name)
 		struct block *b = table[i];
 
 		if (b && b->execs)
-			fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 "\n", b->vaddr,
-				b->insns, b->execs, b->indirect, b->accesses);
+			fprintf(f, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %d %" PRIu64 " %u %u %u %u %u\n",
+				b->vaddr, b->insns, b->execs, b->indirect, b->accesses,
+				b->kinds[K_ATOMIC], b->kinds[K_PAUSE], b->kinds[K_FPU],
+				b->kinds[K_FLAGS], b->kinds[K_SYSTEM]);
 	}
 	pthread_mutex_unlock(&lock);
 	err = ferror(f);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """Report of scripts/tcg-count: guest kernel instructions, indirect branches and memory accesses
-per operation, by function, for rvrdma and rdma_rxe side by side. Each driver ran the line at N and 6N
+per operation, by function, for rvrdma and rdma_rxe side by side, and the instructions TCG runs
+in a helper call (atomics, `pause`, FPU state, interrupt flags, system instructions). Each driver ran the line at N and 6N
 iterations; the difference of the two runs' counts over 5N is the cost of one operation, without
 the set-up (connection, memory registration, process start) both runs share.
 
@@ -59,14 +60,19 @@ def short(name):
     return "%s::%s%s" % (types[0], fn, "<..>" if name.startswith("_RI") else "")
 
 
+# The helper-run kinds the plugin counts, in its dump's column order.
+KINDS = ("atomic", "pause", "fpu", "flags", "system")
+NCOUNTS = 3 + len(KINDS)
+
+
 def per_function(path, syms):
-    """Instructions, indirect branches and memory accesses per function in one dump (a dump
-    without the accesses column counts none)."""
+    """Instructions, indirect branches, memory accesses and each of KINDS per function in one
+    dump (a dump without a column counts none of it)."""
     addrs = [a for a, _, _ in syms]
-    counts = tuple(collections.Counter() for _ in range(3))
+    counts = tuple(collections.Counter() for _ in range(NCOUNTS))
     with open(path) as f:
         for line in f:
-            va, n, execs, indirect, *accesses = line.split()
+            va, n, execs, indirect, *rest = line.split()
             i = bisect.bisect_right(addrs, int(va, 16)) - 1
             if i < 0:
                 continue
@@ -75,7 +81,9 @@ def per_function(path, syms):
             counts[0][key] += int(n) * int(execs)
             if indirect == "1":
                 counts[1][key] += int(execs)
-            counts[2][key] += int(accesses[0]) if accesses else 0
+            counts[2][key] += int(rest[0]) if rest else 0
+            for j, k in enumerate(rest[1:1 + len(KINDS)]):
+                counts[3 + j][key] += int(k) * int(execs)
     return counts
 
 
@@ -89,8 +97,8 @@ def run_counts(d, driver, iters, syms):
 
 
 def per_op(d, driver, n, syms):
-    """(instructions, branches, accesses) per operation and function: 6N run minus N run,
-    over 5N."""
+    """(instructions, branches, accesses, *KINDS) per operation and function: 6N run minus N
+    run, over 5N."""
     one = run_counts(d, driver, n, syms)
     six = run_counts(d, driver, 6 * n, syms)
     if sum(one[0].values()) <= 0 or sum(six[0].values()) <= 0:
@@ -110,10 +118,16 @@ def main():
     }
     print("per operation   instructions  indirect branches  memory accesses   of which the "
           "driver's own code")
-    for drv, (ins, br, acc) in res.items():
+    for drv, (ins, br, acc, *_) in res.items():
         mine = [sum(v for k, v in c.items() if own[drv](k)) for c in (ins, br, acc)]
         print("%-8s %19.0f %18.0f %16.0f   %.0f instructions, %.0f branches, %.0f accesses" %
               (drv, sum(ins.values()), sum(br.values()), sum(acc.values()), *mine))
+    print("\nper operation, run in a helper: " + ", ".join(KINDS) + " (the driver's own code)")
+    for drv, c in res.items():
+        print("%-8s " % drv + ", ".join(
+            "%.0f (%.0f)" % (sum(c[3 + j].values()),
+                             sum(v for k, v in c[3 + j].items() if own[drv](k)))
+            for j in range(len(KINDS))))
     keys = set(res["rvrdma"][0]) | set(res["rxe"][0])
     rank = sorted(keys, key=lambda k: -max(abs(res[drv][0].get(k, 0)) for drv in res))
     print("\n%30s %30s" % ("rvrdma", "rdma_rxe"))
@@ -123,6 +137,16 @@ def main():
         x = [res["rxe"][c].get(k, 0) for c in range(3)]
         print("%11.0f %8.1f %9.0f %11.0f %8.1f %9.0f   %s%s" %
               (*r, *x, k[0], " [%s]" % k[1] if k[1] else ""))
+    for j, kind in enumerate(KINDS[:2]):
+        c = 3 + j
+        rank = sorted(keys, key=lambda k: -max(res[drv][c].get(k, 0) for drv in res))
+        rank = [k for k in rank if max(res[drv][c].get(k, 0) for drv in res) >= 0.5]
+        if rank:
+            print("\n%s per operation: %8s %8s   function" % (kind, "rvrdma", "rdma_rxe"))
+            for k in rank[:top]:
+                print("%22s %8.1f %8.1f   %s%s" % ("", res["rvrdma"][c].get(k, 0),
+                                                  res["rxe"][c].get(k, 0), k[0],
+                                                  " [%s]" % k[1] if k[1] else ""))
 
 
 if __name__ == "__main__":

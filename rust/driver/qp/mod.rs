@@ -49,7 +49,7 @@ use crate::sync::{
     irq_spinlock::{IrqSpinLock, IrqSpinLockBackend},
     workqueue,
 };
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use kernel::{
     prelude::*,
     sync::{lock::Guard, Arc},
@@ -213,6 +213,10 @@ pub struct QpShared {
     responses: TxStream,
     /// What a doorbell looks at to leave a signaled Read or atomic to `linger_work`.
     linger: linger::Linger,
+    /// The QP's state refuses sends (Reset, Init, RTR: seed 004), for the user doorbell to
+    /// check without the QP lock. Written under the lock by modify, the only way into or out
+    /// of those states.
+    sends_refused: AtomicBool,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
@@ -588,6 +592,8 @@ impl QpShared {
                 // The policy as it stands, for the step into RTS to act on.
                 core.set_bonding(self.dev.bonding_ports(), &mut out);
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
+                let refused = matches!(core.state(), QpState::Reset | QpState::Init | QpState::Rtr);
+                self.sends_refused.store(refused, Ordering::Relaxed);
                 self.note_max_rd_atomic(core.sq_logic().config().max_rd_atomic);
                 if core.state() == QpState::Reset {
                     // Kept packets belong to the connection that is gone.

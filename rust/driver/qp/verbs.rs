@@ -31,10 +31,10 @@ use crate::ib::{
 };
 use crate::net::udp_tunnel;
 use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
-use crate::rvcore::qp_state::{AttrMask, QpState, QpType};
+use crate::rvcore::qp_state::{AttrMask, QpType};
 use crate::rvcore::requester::{PostError, MAX_UNACKED_PSNS};
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, SgList, Sge, UdDest, WrExtra};
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use kernel::{prelude::*, sync::Arc, time::hrtimer::HrTimer};
 
 /// Send WQEs a user QP's core holds at most. The requester keeps at most [`MAX_UNACKED_PSNS`]
@@ -304,6 +304,7 @@ impl QpVerbs for RvrDevice {
                     requests <- TxStream::new(),
                     responses <- TxStream::new(),
                     linger: Default::default(),
+                    sends_refused: AtomicBool::new(true),
                     inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
                     work <- kernel::new_work!("rvrdma_qp"),
                     requests_work <- kernel::new_work!("rvrdma_qp_requests"),
@@ -421,8 +422,7 @@ impl QpVerbs for RvrDevice {
             None => {
                 // The user doorbell (process context): refuse at once in states that take no
                 // sends (seed 004), else run inline for latency.
-                let state = qp.0.inner.lock().core.state();
-                if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+                if qp.0.sends_refused.load(Ordering::Relaxed) {
                     return Err(EINVAL);
                 }
                 // A datagram to a destination without a route yet waits in the ring: look the
