@@ -5,8 +5,8 @@ Send, and the responder posts the receive up to 3 ms after, so every message sta
 and goes on the credit update that ends it. The credit probes a hold schedules must not time
 the message that follows: the caller checks the retry counters.
 
-usage: credit_holds.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B ROUNDS   (prints one line per
-check; exit 1 on failure)"""
+usage: credit_holds.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B ROUNDS [ACK_TIMEOUT]   (the Local
+ACK Timeout exponent, default 14; prints one line per check; exit 1 on failure)"""
 import sys
 import time
 
@@ -19,10 +19,11 @@ MSG = 65536  # 64 packets at MTU 1024
 
 def main():
     rounds = int(sys.argv[5])
+    timeout = int(sys.argv[6]) if len(sys.argv) > 6 else 14
     a = Qp(Dev(sys.argv[1], int(sys.argv[2]), e.IBV_ACCESS_LOCAL_WRITE))
     b = Qp(Dev(sys.argv[3], int(sys.argv[4]), e.IBV_ACCESS_LOCAL_WRITE))
-    a.connect(b, timeout=14)
-    b.connect(a, timeout=14)
+    a.connect(b, timeout=timeout)
+    b.connect(a, timeout=timeout)
     for r in range(rounds):
         payload = bytes(((i >> 8) * 31 + i + r * 7) & 0xff for i in range(MSG))
         a.dev.mr.write(payload, MSG)
