@@ -10,6 +10,12 @@ void *rvr_vmalloc_user(unsigned long size)
 	return vmalloc_user(size);
 }
 
+/* May sleep (when it cannot allocate, it waits for the grace period itself). */
+void rvr_vfree_after_rcu(void *p)
+{
+	kvfree_rcu_mightsleep(p);
+}
+
 u64 rvr_mmap_get_offset(const struct rdma_user_mmap_entry *entry)
 {
 	return rdma_user_mmap_get_offset(entry);

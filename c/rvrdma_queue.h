@@ -8,9 +8,11 @@
 
 #include <linux/vmalloc.h>
 #include <linux/cache.h>
+#include <linux/rcupdate.h>
 #include <rdma/ib_verbs.h>
 
 void *rvr_vmalloc_user(unsigned long size);
+void rvr_vfree_after_rcu(void *p);
 u64 rvr_mmap_get_offset(const struct rdma_user_mmap_entry *entry);
 unsigned int rvr_cache_line_size(void);
 

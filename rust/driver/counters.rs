@@ -127,6 +127,9 @@ counters! {
     /// Times that work item took a client's next WQEs from its send ring before their doorbell
     /// (see `qp::linger`).
     tx_linger_ring_takes,
+    /// User doorbells that found every WQE of the send ring taken already (by that work item
+    /// or by a packet's turn at the QP) and returned without the QP lock.
+    tx_doorbells_empty,
     /// Packets that left in a burst of two or more: one UDP GSO packet (`tx_burst`, see
     /// `net::tx::Burst`).
     tx_burst_pkts,

@@ -2,8 +2,8 @@
 
 //! Ring memory shared with user space, exported the siw way: a `vmalloc_user` buffer behind an
 //! ib_core mmap entry (`rdma_user_mmap_entry_insert`), mapped by `ops.mmap` with
-//! `remap_vmalloc_range` and freed by `ops.mmap_free` once the entry is removed and its last
-//! user mapping is gone.
+//! `remap_vmalloc_range` and freed by `ops.mmap_free`, after an RCU grace period, once the
+//! entry is removed and its last user mapping is gone.
 //!
 //! Pages mapped into a process hold their own page references, so the kernel may stop using a
 //! buffer as soon as its owner drops it; the `vfree` in `mmap_free` only waits for concurrent
@@ -26,7 +26,9 @@ struct MmapEntry {
 }
 
 /// A zeroed, page-granular `vmalloc_user` buffer, either private to the kernel or exported to
-/// one user context through an mmap entry.
+/// one user context through an mmap entry. Either way it is freed only after an RCU grace period
+/// that begins once its owner dropped it: a reader that found the buffer in an RCU read-side
+/// section may finish reading it.
 ///
 /// Dropping it may sleep (`rdma_user_mmap_entry_remove` takes a mutex; `vfree`): drop it only in
 /// process context, never under a spinlock.
@@ -161,8 +163,10 @@ impl Drop for SharedBuf {
             Some(e) => unsafe {
                 b::rdma_user_mmap_entry_remove(core::ptr::addr_of_mut!((*e.as_ptr()).rdma))
             },
-            // SAFETY: we own the buffer (type invariant) and drop it once.
-            None => unsafe { b::vfree(self.ptr.as_ptr().cast()) },
+            // After a grace period, as in `mmap_free`.
+            // SAFETY: we own the buffer (type invariant) and drop it once; dropping may sleep
+            // (see the type's docs).
+            None => unsafe { b::rvr_vfree_after_rcu(self.ptr.as_ptr().cast()) },
         }
     }
 }
@@ -206,6 +210,10 @@ unsafe extern "C" fn mmap_free(e: *mut b::rdma_user_mmap_entry) {
     // SAFETY: every entry of our devices was boxed by `SharedBuf::new_user` and leaked into
     // ib_core, which hands it back exactly once here; `rdma` is its first field.
     let entry = unsafe { KBox::from_raw(entry) };
-    // SAFETY: the entry owned the buffer, and nothing else uses it any more.
-    unsafe { b::vfree(entry.buf.as_ptr().cast()) };
+    // The buffer goes after an RCU grace period: a [`ProducerWatch`](super::queue::ProducerWatch)
+    // may still be reading its producer index in a read-side section that began before the
+    // ring, dropped, revoked it.
+    // SAFETY: the entry owned the buffer, and no new user of it can appear; ib_core calls this
+    // in process context (the entry's removal or an `mmap` call's put), where it may sleep.
+    unsafe { b::rvr_vfree_after_rcu(entry.buf.as_ptr().cast()) };
 }

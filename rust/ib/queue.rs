@@ -29,8 +29,9 @@ use super::{
 };
 use crate::bindings as b;
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, Ordering};
-use kernel::prelude::*;
+use core::ptr;
+use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use kernel::{prelude::*, sync::rcu, sync::Arc};
 
 /// The ring had no free slot (producer side), or a pending entry did not fit (resize).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +104,67 @@ pub struct Ring {
     published: Cell<u32>,
     /// Whether user space owns one of the indices (a mapped ring).
     user: bool,
+    /// The look at the ring's fill from outside its owner's lock, if one was asked for.
+    watch: Option<Arc<ProducerWatch>>,
+}
+
+/// Whether a ring user space produces into holds elements the kernel has not consumed, told
+/// without the lock that serialises the ring's consumer: a doorbell that finds everything
+/// taken (by another context, under that lock) has nothing to do. The ring mirrors its
+/// consumer index here as it advances; the producer index is read from the ring's header, as
+/// long as the ring lives. A look can be stale by the time it returns: only "empty" is worth
+/// acting on, and only by a producer's own doorbell, whose elements were produced before it
+/// looked. A consumer may also mark a take under way ([`Ring::begin_take`]), which then looks
+/// at the ring again before it stops: a doorbell that sees the mark may count on that take.
+///
+/// # Invariants
+///
+/// `prod` is null or points to the producer index word of a live [`SharedBuf`]'s ring header;
+/// the ring nulls it before its buffer is dropped, and a [`SharedBuf`] is freed only after an
+/// RCU grace period that begins after its drop.
+pub struct ProducerWatch {
+    prod: AtomicPtr<u32>,
+    /// The kernel's consumer index (masked), stored with release as it advances.
+    cons: AtomicU32,
+    mask: u32,
+    /// A take is under way ([`Ring::begin_take`]).
+    taking: AtomicBool,
+}
+
+// SAFETY: `prod` is read only through atomic loads of the pointer and of the index word it
+// points to (type invariant), which any thread may do.
+unsafe impl Send for ProducerWatch {}
+// SAFETY: as for `Send`: every access through `&ProducerWatch` is an atomic load.
+unsafe impl Sync for ProducerWatch {}
+
+impl ProducerWatch {
+    /// `Some(true)` if every element produced so far has been consumed, `Some(false)` if some
+    /// wait, `None` if the ring is gone.
+    pub fn is_empty(&self) -> Option<bool> {
+        let _rcu = rcu::read_lock();
+        let p = self.prod.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, `p` points to the producer index of a ring buffer that was live
+        // when it was loaded; its buffer is freed only after a grace period that began after
+        // the pointer was nulled, hence after this read-side section began (type invariant).
+        // User space writes the word too: it is read atomically.
+        let prod = unsafe { AtomicU32::from_ptr(p) }.load(Ordering::Acquire) & self.mask;
+        Some(prod == self.cons.load(Ordering::Acquire))
+    }
+
+    /// For a producer's doorbell, after it produced: `Some(true)` if what it produced has been
+    /// consumed, or a take under way will consume it; otherwise as [`Self::is_empty`].
+    pub fn taken_or_taking(&self) -> Option<bool> {
+        // Pairs with the fence in `Ring::end_take`: either this sees the mark, or that take,
+        // having cleared it, sees what was produced before this call.
+        fence(Ordering::SeqCst);
+        if self.taking.load(Ordering::Relaxed) && !self.prod.load(Ordering::Relaxed).is_null() {
+            return Some(true);
+        }
+        self.is_empty()
+    }
 }
 
 impl Ring {
@@ -146,6 +208,7 @@ impl Ring {
             cons: Cell::new(0),
             published: Cell::new(0),
             user: udata.is_some(),
+            watch: None,
         })
     }
 
@@ -185,6 +248,74 @@ impl Ring {
     /// Whether the ring is mapped by user space.
     pub fn is_user(&self) -> bool {
         self.user
+    }
+
+    /// A [`ProducerWatch`] on this ring, the same one each time; `None` if the kernel owns the
+    /// producer index (nothing to watch).
+    pub fn watch_producer(&mut self) -> Result<Option<Arc<ProducerWatch>>> {
+        if self.kernel_owns_prod() {
+            return Ok(None);
+        }
+        if let Some(w) = &self.watch {
+            return Ok(Some(w.clone()));
+        }
+        // INVARIANT: the producer index word of this ring's live buffer; `Drop` nulls it
+        // before the buffer goes.
+        let w = Arc::new(
+            ProducerWatch {
+                prod: AtomicPtr::new(self.index(QUEUE_PRODUCER_OFF).as_ptr()),
+                cons: AtomicU32::new(self.cons.get()),
+                mask: self.mask,
+                taking: AtomicBool::new(false),
+            },
+            GFP_KERNEL,
+        )?;
+        self.watch = Some(w.clone());
+        Ok(Some(w))
+    }
+
+    /// Marks a take under way for the watch, if any: the caller consumes what it finds, and
+    /// before it stops for an empty ring it calls [`Ring::end_take`]; when it stops with
+    /// elements left (for want of room for them), [`Ring::stop_take`]. A producer whose doorbell
+    /// saw the mark relies on that take, so only a take whose elements are never left for
+    /// want of something its doorbell would get marks.
+    pub fn begin_take(&self) {
+        if let Some(w) = &self.watch {
+            w.taking.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends a marked take at an empty ring: clears the mark, then looks again. `true`: still
+    /// empty, the take is over; `false`: an element came meanwhile, the mark is set again and
+    /// the take goes on.
+    pub fn end_take(&self) -> bool {
+        let Some(w) = &self.watch else {
+            return true;
+        };
+        w.taking.store(false, Ordering::Relaxed);
+        // Pairs with the fence in `ProducerWatch::taken_or_taking`.
+        fence(Ordering::SeqCst);
+        if self.is_empty() {
+            return true;
+        }
+        w.taking.store(true, Ordering::Relaxed);
+        false
+    }
+
+    /// Clears the mark of a take that stops with elements left in the ring (they wait for a
+    /// later take, which the consumer owes them without a doorbell).
+    pub fn stop_take(&self) {
+        if let Some(w) = &self.watch {
+            w.taking.store(false, Ordering::Release);
+        }
+    }
+
+    /// Sets the private consumer index (masked) and its mirror in the watch, if any.
+    fn set_cons(&self, v: u32) {
+        self.cons.set(v);
+        if let Some(w) = &self.watch {
+            w.cons.store(v, Ordering::Release);
+        }
     }
 
     /// Where user space maps the ring (zero for a kernel-private ring).
@@ -287,7 +418,7 @@ impl Ring {
         if !self.kernel_owns_cons() || self.is_empty() {
             return false;
         }
-        self.cons.set((self.cons.get() + 1) & self.mask);
+        self.set_cons((self.cons.get() + 1) & self.mask);
         true
     }
 
@@ -353,12 +484,21 @@ impl Ring {
             unsafe { core::ptr::copy_nonoverlapping(src, dst, n) };
         }
         self.prod = count;
-        self.cons.set(0);
+        self.set_cons(0);
         self.published.set(0);
         self.index(QUEUE_CONSUMER_OFF).store(0, Ordering::Release);
         self.index(QUEUE_PRODUCER_OFF)
             .store(count, Ordering::Release);
         Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Before the buffer goes (fields drop after this): a watch looks no more.
+        if let Some(w) = &self.watch {
+            w.prod.store(ptr::null_mut(), Ordering::Release);
+        }
     }
 }
 
@@ -551,6 +691,58 @@ mod tests {
         assert!(!r.advance_consumer_private());
         r.publish_consumer(1);
         assert_eq!(header(&r, QUEUE_CONSUMER_OFF), 1);
+    }
+
+    /// The watch on a user-produced ring sees what the user produced and what the kernel
+    /// consumed, masks the user's index, and looks no more once the ring is gone; a ring whose
+    /// producer the kernel owns has none.
+    #[test]
+    fn producer_watch() {
+        assert!(fake_user(RingDir::ToUser, 3, 64)
+            .watch_producer()
+            .unwrap()
+            .is_none());
+        assert!(Ring::new_kernel(RingDir::FromUser, 3, 64)
+            .unwrap()
+            .watch_producer()
+            .unwrap()
+            .is_none());
+        let mut r = fake_user(RingDir::FromUser, 3, 64);
+        let w = r.watch_producer().unwrap().unwrap();
+        assert!(Arc::ptr_eq(&w, &r.watch_producer().unwrap().unwrap()));
+        assert_eq!(w.is_empty(), Some(true));
+        user_store(&r, QUEUE_PRODUCER_OFF, 0xffff_fff2);
+        assert_eq!(w.is_empty(), Some(false));
+        r.advance_consumer();
+        assert_eq!(w.is_empty(), Some(false));
+        assert!(r.advance_consumer_private());
+        assert_eq!(w.is_empty(), Some(true));
+        // Around the end of the ring (4 slots).
+        user_store(&r, QUEUE_PRODUCER_OFF, 1);
+        assert_eq!(w.is_empty(), Some(false));
+        for _ in 0..3 {
+            r.advance_consumer();
+        }
+        assert_eq!(w.is_empty(), Some(true));
+        // A take under way counts for a doorbell, and looks again as it ends.
+        r.begin_take();
+        user_store(&r, QUEUE_PRODUCER_OFF, 2);
+        assert_eq!(w.is_empty(), Some(false));
+        assert_eq!(w.taken_or_taking(), Some(true));
+        assert!(!r.end_take());
+        assert_eq!(w.taken_or_taking(), Some(true));
+        r.advance_consumer();
+        assert!(r.end_take());
+        assert_eq!(w.taken_or_taking(), Some(true));
+        user_store(&r, QUEUE_PRODUCER_OFF, 3);
+        assert_eq!(w.taken_or_taking(), Some(false));
+        r.begin_take();
+        r.stop_take();
+        assert_eq!(w.taken_or_taking(), Some(false));
+        r.begin_take();
+        drop(r);
+        assert_eq!(w.is_empty(), None);
+        assert_eq!(w.taken_or_taking(), None);
     }
 
     /// Resizing copies the pending elements in order to slot 0 on, and refuses a ring that is

@@ -5,7 +5,7 @@
 
 tests=(ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat)
 ktap_print_header
-ktap_set_plan $((${#tests[@]} + 16))
+ktap_set_plan $((${#tests[@]} + 17))
 dut_setup 1
 pair_up
 
@@ -94,6 +94,7 @@ fi
 handoffs() { link_stat "${DUT}0" tx_doorbell_handoffs; }
 linger_handoffs() { link_stat "${DUT}0" tx_linger_handoffs; }
 ring_takes() { link_stat "${DUT}0" tx_linger_ring_takes; }
+empty_doorbells() { link_stat "${DUT}0" tx_doorbells_empty; }
 handoffs_before=$(handoffs)
 any_cpu_runs() { [ "$RVRDMA_LINK_TYPE" != rvrdma ] || link_stat "${DUT}0" rx_queue_any_cpu_runs; }
 any_before=$(any_cpu_runs)
@@ -102,7 +103,7 @@ run_points 1 "unsignaled.py ${DUT}0 -> ${DUT}1" timeout $((300 * ${RVRDMA_TIME_S
 [ "$RVRDMA_LINK_TYPE" != rvrdma ] ||
 	diag "receive queue runs on a worker for any CPU during unsignaled.py (its Reads byte-checked): $(($(any_cpu_runs) - any_before))"
 linger_before=$(linger_handoffs)
-[ "$RVRDMA_LINK_TYPE" != rvrdma ] || takes_before=$(ring_takes)
+[ "$RVRDMA_LINK_TYPE" != rvrdma ] || { takes_before=$(ring_takes) && empty_before=$(empty_doorbells); }
 rd_atomic_lat() {
 	local bin=$RVRDMA_TESTS_DIR/rd_atomic_lat
 	[ -x "$bin" ] || { echo "$bin is not built (scripts/test builds it)"; return 1; }
@@ -130,18 +131,24 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 	diag "doorbell hand-offs during unsignaled.py: $n"
 	check "unsignaled.py's doorbells handed their requests to another CPU" test "$n" -gt 0
 	n=$(($(linger_handoffs) - linger_before)) takes=$(($(ring_takes) - takes_before))
+	empty=$(($(empty_doorbells) - empty_before))
 	desc="a quarter or more of rd_atomic_lat's requests were sent by the waiting work item"
-	diag "rd_atomic_lat's requests sent by the waiting work item: $n of 1980 ($takes taken from the send ring before their doorbell), mean round trip ${rd_atomic_rtt:-?} us"
+	diag "rd_atomic_lat's requests sent by the waiting work item: $n of 1980 ($takes taken from the send ring before their doorbell, $empty doorbells found the ring empty), mean round trip ${rd_atomic_rtt:-?} us"
 	# The item waits after a round trip for twice its length, at most 1 ms, and runs at most
 	# 2 ms: where a round trip takes longer than that longest wait (the debug kernel; the test
 	# kernel takes about 350 us), the share no longer says whether the path works.
 	desc2="rd_atomic_lat: the waiting work item took requests from the send ring before their doorbell"
+	# Those doorbells find every WQE taken and return without the QP lock (the bytes and results
+	# their requests fetched are checked above).
+	desc3="rd_atomic_lat: doorbells whose WQEs the work item took found the ring empty"
 	if [ "${rd_atomic_rtt:-0}" -gt 1000 ] && [ "$n" -lt 495 ]; then
 		ktap_test_skip "$desc: a round trip took ${rd_atomic_rtt} us on average, past 1 ms"
 		ktap_test_skip "$desc2: a round trip took ${rd_atomic_rtt} us on average, past 1 ms"
+		ktap_test_skip "$desc3: a round trip took ${rd_atomic_rtt} us on average, past 1 ms"
 	else
 		check "$desc" test "$n" -ge 495
 		check "$desc2" test "$takes" -gt 0
+		check "$desc3" test "$empty" -gt 0
 	fi
 	check "ib_atomic_bw (unsignaled atomics): the doorbells hand their requests to another CPU" \
 		eval 'n=$(doorbell_handoffs ib_atomic_bw) && diag "doorbell hand-offs: $n" && [ "$n" -gt 0 ]'
@@ -157,6 +164,7 @@ else
 	ktap_test_skip "unsignaled.py's doorbells handed their requests to another CPU: rvrdma's counter"
 	ktap_test_skip "a quarter or more of rd_atomic_lat's requests were sent by the waiting work item: rvrdma's counter"
 	ktap_test_skip "rd_atomic_lat: the waiting work item took requests from the send ring before their doorbell: rvrdma's counter"
+	ktap_test_skip "rd_atomic_lat: doorbells whose WQEs the work item took found the ring empty: rvrdma's counter"
 	ktap_test_skip "ib_atomic_bw: the doorbells hand their requests to another CPU: rvrdma's counter"
 	ktap_test_skip "ib_atomic_lat: no doorbell hands its request off: rvrdma's counter"
 	ktap_test_skip "ib_read_lat: a waiting work item sends requests, none retransmitted: rvrdma's counters"

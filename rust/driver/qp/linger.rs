@@ -173,6 +173,10 @@ impl QpShared {
     /// has taken yet (a look that gives way to any holder of the lock); the take goes on
     /// under it.
     fn sq_posted(&self) -> Option<Guard<'_, QpInner, IrqSpinLockBackend>> {
+        // Most looks find nothing: no turn at the lock for those.
+        if self.sq_taken_all() {
+            return None;
+        }
         self.inner
             .try_lock()
             .filter(|g| !g.dead && g.core.state() == QpState::Rts && g.user.sq_posted())

@@ -35,6 +35,7 @@ use crate::ib::copy_src::CopySrc;
 use crate::ib::{
     cq::WcQp,
     qp::{QpHandle, QpType as IbQpType},
+    queue::ProducerWatch,
 };
 use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
@@ -217,6 +218,9 @@ pub struct QpShared {
     /// check without the QP lock. Written under the lock by modify, the only way into or out
     /// of those states.
     sends_refused: AtomicBool,
+    /// Whether the user send ring holds WQEs not yet taken, for the user doorbell and the
+    /// waiting work item to look without the QP lock (`None`: a kernel QP's, or no SQ).
+    sq_watch: Option<Arc<ProducerWatch>>,
     #[pin]
     inner: IrqSpinLock<QpInner>,
     #[pin]
@@ -455,6 +459,18 @@ impl QpShared {
             let _ = workqueue::system_dfl().enqueue::<_, 3>(self.clone());
         }
         route
+    }
+
+    /// Whether every WQE user space posted to the send ring so far has been taken into the
+    /// core, looked at without the QP lock (`false` without a user send ring).
+    fn sq_taken_all(&self) -> bool {
+        self.sq_watch.as_ref().and_then(|w| w.is_empty()) == Some(true)
+    }
+
+    /// Whether a user doorbell has nothing to do: the WQEs posted before it were taken into the
+    /// core, or a take under way (under the QP lock) takes them. Looked at without the lock.
+    fn doorbell_needless(&self) -> bool {
+        self.sq_watch.as_ref().and_then(|w| w.taken_or_taking()) == Some(true)
     }
 
     /// Takes the QP lock for `entry`. What may handle a received packet or take one from the

@@ -254,6 +254,27 @@ fn pull_send(
     paths: &mut QpPaths,
     out: &mut QpOut<'_>,
 ) -> Result<Taken> {
+    // A doorbell that sees the take under way returns at once. A datagram WQE may stay in the
+    // ring until its route is known, which its own doorbell looks up: no mark for those.
+    let mark = !matches!(qp.qp_type, IbQpType::Ud | IbQpType::Gsi);
+    if mark {
+        rings.sq.begin_take();
+    }
+    let taken = take_send(rings, mark, core, qp, paths, out);
+    rings.sq.stop_take();
+    taken
+}
+
+/// [`pull_send`]'s loop: takes WQEs until the ring is empty (ending the take it marked, if
+/// `mark`, there) or the core has no slot for the next.
+fn take_send(
+    rings: &mut SendPull<'_>,
+    mark: bool,
+    core: &mut CoreQp,
+    qp: &QpShared,
+    paths: &mut QpPaths,
+    out: &mut QpOut<'_>,
+) -> Result<Taken> {
     let mut taken = Taken::Nothing;
     let sq = &mut *rings.sq;
     let elem = &mut *rings.elem;
@@ -270,7 +291,10 @@ fn pull_send(
             break;
         };
         if !sq.peek_copy(e) {
-            break;
+            if !mark || sq.end_take() {
+                break;
+            }
+            continue;
         }
         match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline, datagram) {
             Ok(mut us) => {

@@ -16,6 +16,7 @@ use super::user_rings::UserRings;
 use super::user_wqe;
 use super::{destroy, CoreQp, Entry, OdpWait, Pending, QpInner, QpShared, RvrQp};
 use super::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
+use crate::driver::counters::Counters;
 use crate::driver::device::RvrDevice;
 use crate::driver::mcast::GroupChange;
 use crate::ib::{
@@ -201,7 +202,7 @@ impl QpVerbs for RvrDevice {
         let sq_elem = user_wqe::SEND_WQE_HEADER + sq_payload;
         let rq_elem = user_wqe::RECV_WQE_HEADER + max_recv_sge * user_wqe::SGE_SIZE;
 
-        let (sq_ring, rq_ring, resp) = match udata {
+        let (mut sq_ring, rq_ring, resp) = match udata {
             Some(u) => {
                 if u.inlen() != 0 || u.outlen() < size_of::<CreateQpResp>() {
                     return Err(EINVAL);
@@ -221,6 +222,10 @@ impl QpVerbs for RvrDevice {
                 }
             }
             None => (None, None, None),
+        };
+        let sq_watch = match sq_ring.as_mut() {
+            Some(r) => r.watch_producer()?,
+            None => None,
         };
         let sq_slots = sq_ring.as_ref().map_or(sq_depth, |r| r.capacity());
         // The send WQEs the core holds. A kernel caller posts into the core itself, so it
@@ -305,6 +310,7 @@ impl QpVerbs for RvrDevice {
                     responses <- TxStream::new(),
                     linger: Default::default(),
                     sends_refused: AtomicBool::new(true),
+                    sq_watch: sq_watch.clone(),
                     inner <- crate::new_irq_spinlock!(inner, "rvrdma_qp"),
                     work <- kernel::new_work!("rvrdma_qp"),
                     requests_work <- kernel::new_work!("rvrdma_qp_requests"),
@@ -424,6 +430,13 @@ impl QpVerbs for RvrDevice {
                 // sends (seed 004), else run inline for latency.
                 if qp.0.sends_refused.load(Ordering::Relaxed) {
                     return Err(EINVAL);
+                }
+                // Another context (the waiting work item, a packet's turn at the QP) took this
+                // doorbell's WQEs under the QP lock, or is taking them, and sends them: nothing
+                // to do, and no wait for a lock held while they are built.
+                if qp.0.doorbell_needless() {
+                    Counters::inc(&qp.0.dev.counters.tx_doorbells_empty);
+                    return Ok(());
                 }
                 // A datagram to a destination without a route yet waits in the ring: look the
                 // route up here rather than in the work item, so that the WQEs leave before the
