@@ -6,8 +6,9 @@
 //! entry is removed and its last user mapping is gone.
 //!
 //! Pages mapped into a process hold their own page references, so the kernel may stop using a
-//! buffer as soon as its owner drops it; the `vfree` in `mmap_free` only waits for concurrent
-//! `mmap` calls (which look the entry up) to finish.
+//! buffer as soon as its owner drops it; the free in `mmap_free` only waits for concurrent
+//! `mmap` calls (which look the entry up) to finish, and for RCU readers of the ring's header
+//! (see [`ProducerWatch`](super::queue::ProducerWatch)).
 
 use super::{uabi::MmapInfo, udata::Udata};
 use crate::bindings as b;
@@ -30,8 +31,9 @@ struct MmapEntry {
 /// that begins once its owner dropped it: a reader that found the buffer in an RCU read-side
 /// section may finish reading it.
 ///
-/// Dropping it may sleep (`rdma_user_mmap_entry_remove` takes a mutex; `vfree`): drop it only in
-/// process context, never under a spinlock.
+/// Dropping it may sleep (`rdma_user_mmap_entry_remove` takes a mutex; `kvfree_rcu_mightsleep`
+/// waits for a grace period when it cannot allocate): drop it only in process context, never
+/// under a spinlock.
 ///
 /// # Invariants
 ///
