@@ -274,24 +274,32 @@ impl Ring {
         Ok(Some(w))
     }
 
-    /// Marks a take under way for the watch, if any: the caller consumes what it finds, and
-    /// before it stops for an empty ring it calls [`Ring::end_take`]; when it stops with
-    /// elements left (for want of room for them), [`Ring::stop_take`]. A producer whose doorbell
-    /// saw the mark relies on that take, so only a take whose elements are never left for
-    /// want of something its doorbell would get marks.
+    /// Marks a take under way for the watch, if any and not marked yet. A consumer marks when
+    /// it has found an element, so a look at an empty ring costs no store and no fence. Before
+    /// it stops for an empty ring it calls [`Ring::end_take`]; when it stops with elements left
+    /// (for want of room for them), [`Ring::stop_take`]. A producer whose doorbell saw the mark
+    /// relies on that take, so only a take whose elements are never left for want of something
+    /// its doorbell would get marks.
     pub fn begin_take(&self) {
         if let Some(w) = &self.watch {
-            w.taking.store(true, Ordering::Relaxed);
+            // Only the consumer, under its lock, writes the mark: its own load is current.
+            if !w.taking.load(Ordering::Relaxed) {
+                w.taking.store(true, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Ends a marked take at an empty ring: clears the mark, then looks again. `true`: still
+    /// Ends a take at an empty ring. Unmarked, it is over: a doorbell that did not see a mark
+    /// looks at the ring itself. Marked, it clears the mark, then looks again. `true`: still
     /// empty, the take is over; `false`: an element came meanwhile, the mark is set again and
     /// the take goes on.
     pub fn end_take(&self) -> bool {
         let Some(w) = &self.watch else {
             return true;
         };
+        if !w.taking.load(Ordering::Relaxed) {
+            return true;
+        }
         w.taking.store(false, Ordering::Relaxed);
         // Pairs with the fence in `ProducerWatch::taken_or_taking`.
         fence(Ordering::SeqCst);
@@ -302,11 +310,13 @@ impl Ring {
         false
     }
 
-    /// Clears the mark of a take that stops with elements left in the ring (they wait for a
-    /// later take, which the consumer owes them without a doorbell).
+    /// Clears the mark, if set, of a take that stops with elements left in the ring (they wait
+    /// for a later take, which the consumer owes them without a doorbell).
     pub fn stop_take(&self) {
         if let Some(w) = &self.watch {
-            w.taking.store(false, Ordering::Release);
+            if w.taking.load(Ordering::Relaxed) {
+                w.taking.store(false, Ordering::Release);
+            }
         }
     }
 
@@ -724,9 +734,15 @@ mod tests {
             r.advance_consumer();
         }
         assert_eq!(w.is_empty(), Some(true));
+        // An unmarked take ends at once, even if an element came: its doorbell looks itself.
+        user_store(&r, QUEUE_PRODUCER_OFF, 2);
+        assert!(r.end_take());
+        assert_eq!(w.taken_or_taking(), Some(false));
+        r.stop_take();
+        assert_eq!(w.taken_or_taking(), Some(false));
         // A take under way counts for a doorbell, and looks again as it ends.
         r.begin_take();
-        user_store(&r, QUEUE_PRODUCER_OFF, 2);
+        r.begin_take();
         assert_eq!(w.is_empty(), Some(false));
         assert_eq!(w.taken_or_taking(), Some(true));
         assert!(!r.end_take());

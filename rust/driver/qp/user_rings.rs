@@ -257,16 +257,14 @@ fn pull_send(
     // A doorbell that sees the take under way returns at once. A datagram WQE may stay in the
     // ring until its route is known, which its own doorbell looks up: no mark for those.
     let mark = !matches!(qp.qp_type, IbQpType::Ud | IbQpType::Gsi);
-    if mark {
-        rings.sq.begin_take();
-    }
     let taken = take_send(rings, mark, core, qp, paths, out);
     rings.sq.stop_take();
     taken
 }
 
-/// [`pull_send`]'s loop: takes WQEs until the ring is empty (ending the take it marked, if
-/// `mark`, there) or the core has no slot for the next.
+/// [`pull_send`]'s loop: takes WQEs until the ring is empty or the core has no slot for the
+/// next. If `mark`, the take marks itself at the first WQE it finds and ends the mark at the
+/// empty ring: most pulls (each ACK's turn at the QP) find nothing and cost no fence.
 fn take_send(
     rings: &mut SendPull<'_>,
     mark: bool,
@@ -295,6 +293,9 @@ fn take_send(
                 break;
             }
             continue;
+        }
+        if mark {
+            sq.begin_take();
         }
         match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline, datagram) {
             Ok(mut us) => {
