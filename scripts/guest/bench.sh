@@ -250,13 +250,16 @@ median() {
 # an A/A test, docs/experiments.md), and a fixed order would charge that to one driver.
 t0=$SECONDS
 for l in "${lines[@]}"; do
-	name=${l%%|*}
+	name=${l%%|*} spec=${l#*|}
+	unit=$(unit_of "${spec%% *}")
 	for ((k = 0; k < rounds; k++)); do
 		for ((i = 0; i < ${#sets[@]}; i++)); do
 			t=${sets[(i + k) % ${#sets[@]}]}
 			retries[$t,$name]=0
 			if [ "$t" = rxe ]; then run_line rxe rxe0 rxe1 "$l"; else run_line "$t" rvr0 rvr1 "$l"; fi
 			runs[$t,$name]+="${res[$t,$name]} "
+			# One line per run for scripts/bench -B, which pools the runs of several boots.
+			echo "#run|$t|$name|$unit|$k|${res[$t,$name]}|${retries[$t,$name]}" >&2
 			tries[$t,$name]=$((${tries[$t,$name]:-0} + ${retries[$t,$name]}))
 		done
 	done
