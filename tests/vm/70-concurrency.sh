@@ -5,10 +5,10 @@
 # `rdma link delete` of a third device runs in a loop:
 #   - six workers on rvr0 (veth0, rvA) <-> rvr1 (veth1, rvB): never an error, never wrong data;
 #   - two on rvr2 (veth2, rvA; added and deleted every 1-2 s, now and then after 5 s) <-> rvr3
-#     (veth3, rvB): success with the right bytes, or an error that the deletion explains
-#     (IBV_EVENT_DEVICE_FATAL on rvr2's context, the driver's disassociate_ucontext), never wrong
-#     data, never a hang (every wait is bounded); both outcomes must occur, or the race was not
-#     hit;
+#     (veth3, rvB), until the churn's last deletion: success with the right bytes, or an error
+#     that the deletion explains (IBV_EVENT_DEVICE_FATAL on rvr2's context, the driver's
+#     disassociate_ucontext), never wrong data, never a hang (every wait is bounded); both
+#     outcomes must occur, or the race was not hit;
 #   - every add and delete succeeds within seconds, and no rvr2 is left at the end.
 # rvr2 shares rvA's RoCE v2 UDP socket with rvr0, so its churn runs under rvr0's traffic.
 # Afterwards `rdma resource show` of rvr0, rvr1 and rvr3 is what it was before (nothing leaked),
@@ -33,6 +33,11 @@ MIN_CYCLES=$((4 / ${RVRDMA_TIME_SCALE:-1} > 2 ? 4 / ${RVRDMA_TIME_SCALE:-1} : 2)
 LIMIT=$((20 * SCALE))
 TMO=$((10 * SCALE))
 WORKER_LIMIT=$((SECS + 3 * TMO + 30))
+# The churned workers go on until the churn is over: past its minute, its last cycle (an add,
+# the GID, up to 5 s up, a delete) can take longer than the minute itself on the debug kernel,
+# and a deletion after the workers stopped cuts nothing. The churn starts up to LIMIT s after
+# them.
+CHURNED_LIMIT=$((WORKER_LIMIT + 4 * LIMIT + 5 * SCALE + 10))
 CH=${DUT}2
 PEER=${DUT}3
 
@@ -41,7 +46,7 @@ main() {
 		skip_all "rdma_rxe has no disassociate_ucontext: deleting a device in use waits for its processes"
 	ktap_print_header
 	ktap_set_plan $((STABLE + CHURNED + 9))
-	local t0 t base i rcs=() pids=() cpid args
+	local t0 t base i rcs=() pids=() args
 	t0=$(klog_mark "70-concurrency start")
 	dut_setup 2
 	pair_up
@@ -55,11 +60,11 @@ main() {
 
 	for ((i = 0; i < STABLE + CHURNED; i++)); do
 		if [ "$i" -lt "$STABLE" ]; then
-			args=("${DUT}0" 10.77.0.1 "${DUT}1" 10.77.0.2)
+			args=("${DUT}0" 10.77.0.1 "${DUT}1" 10.77.0.2) t=$WORKER_LIMIT
 		else
-			args=("$CH" 10.77.1.1 "$PEER" 10.77.1.2 --churned)
+			args=("$CH" 10.77.1.1 "$PEER" 10.77.1.2 --churned --until "$DIR/churn-over") t=$CHURNED_LIMIT
 		fi
-		timeout -k 10 "$WORKER_LIMIT" "$PY" "$RVRDMA_TESTS_DIR/churn.py" "${args[@]}" --seconds "$SECS" \
+		timeout -k 10 "$t" "$PY" "$RVRDMA_TESTS_DIR/churn.py" "${args[@]}" --seconds "$SECS" \
 			--timeout "$TMO" >"$DIR/w$i.txt" 2>&1 &
 		pids+=($!)
 	done
@@ -68,13 +73,12 @@ main() {
 	t=$SECONDS
 	wait_for "$LIMIT" workers_started || diag "not every worker started within $LIMIT s"
 	diag "the workers started within $((SECONDS - t)) s"
-	churn >"$DIR/churn.txt" 2>&1 &
-	cpid=$!
+	churn >"$DIR/churn.txt" 2>&1
+	touch "$DIR/churn-over"
 	for ((i = 0; i < STABLE + CHURNED; i++)); do
 		wait "${pids[i]}"
 		rcs+=($?)
 	done
-	wait "$cpid"
 
 	for ((i = 0; i < STABLE; i++)); do
 		diag "worker $i: $(grep -h '^RESULT\|^ops:' "$DIR/w$i.txt" | tr '\n' ' ')"

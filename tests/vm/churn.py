@@ -32,8 +32,10 @@ The last line is "RESULT key=value ..." (iterations, ok, clean, fatal, messages,
 "clean errors:" lists the clean ends by kind. Exit status: 0 when nothing failed, 1 on a failure
 (a "FAIL" line says what), 2 on a usage or set-up error.
 
-usage: churn.py DEV_A ADDR_A DEV_B ADDR_B --seconds S [--churned] [--timeout T] [--seed N]
-  ADDR_x is the IPv4 address whose RoCE v2 GID the device's QP uses."""
+usage: churn.py DEV_A ADDR_A DEV_B ADDR_B --seconds S [--until FILE] [--churned] [--timeout T]
+               [--seed N]
+  ADDR_x is the IPv4 address whose RoCE v2 GID the device's QP uses. --until FILE: past the
+  S seconds, go on until FILE exists (a churned worker sees the churn's last deletion)."""
 import argparse
 import collections
 import errno
@@ -433,7 +435,7 @@ class Worker:
         end = time.monotonic() + self.a.seconds
         n = 0
         rc = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end or (self.a.until and not os.path.exists(self.a.until)):
             n += 1
             try:
                 self.iteration(n)
@@ -463,6 +465,7 @@ def main():
     p.add_argument("dev_b")
     p.add_argument("addr_b")
     p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--until", help="past --seconds, go on until this file exists")
     p.add_argument("--churned", action="store_true", help="DEV_A is added and deleted meanwhile")
     p.add_argument("--timeout", type=float, default=20.0,
                    help="seconds to wait for a completion or for DEVICE_FATAL (default 20)")
