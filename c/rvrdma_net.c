@@ -280,8 +280,11 @@ void *rvr_skb_add_trailer_frag(struct sk_buff *skb, unsigned int len)
 	return p;
 }
 
-/* crc32_le continued from @crc over the first @len bytes of the skb's fragments. */
-u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len)
+/*
+ * A CRC-32 continued from @crc over the first @len bytes of the skb's fragments: with @crc_fn,
+ * or crc32_le when it is NULL.
+ */
+u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len, rvr_crc32_fn crc_fn)
 {
 	const struct skb_shared_info *sh = skb_shinfo(skb);
 	unsigned int i;
@@ -298,7 +301,8 @@ u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len)
 		skb_frag_foreach_page(f, skb_frag_off(f), n, p, p_off, p_len, copied) {
 			u8 *va = kmap_local_page(p);
 
-			crc = crc32_le(crc, va + p_off, p_len);
+			crc = crc_fn ? crc_fn(crc, va + p_off, p_len) :
+				       crc32_le(crc, va + p_off, p_len);
 			kunmap_local(va);
 		}
 		len -= n;

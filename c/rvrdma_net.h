@@ -40,7 +40,9 @@ bool rvr_skb_out_unqueued(const struct sk_buff *skb);
 int rvr_skb_add_page_frag(struct sk_buff *skb, struct page *page, unsigned int off,
 			  unsigned int len);
 void *rvr_skb_add_trailer_frag(struct sk_buff *skb, unsigned int len);
-u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len);
+/* A CRC-32 continued over @len bytes at @p (crc32_le's form); NULL stands for crc32_le */
+typedef u32 (*rvr_crc32_fn)(u32 crc, const void *p, size_t len);
+u32 rvr_skb_frags_crc32_le(const struct sk_buff *skb, u32 crc, u32 len, rvr_crc32_fn crc_fn);
 int rvr_skb_copy_bits(const struct sk_buff *skb, u32 offset, void *to, u32 len);
 bool rvr_skb_has_frag_list(const struct sk_buff *skb);
 bool rvr_skb_frags_readable(const struct sk_buff *skb);

@@ -71,6 +71,7 @@ struct RvrdmaModule {
 impl kernel::InPlaceModule for RvrdmaModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
         ib::registry::init();
+        net::crc32::select();
         driver::receive::rx_init();
         try_pin_init!(Self {
             queue: sync::workqueue::ModuleQueue::new()?,

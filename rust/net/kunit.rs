@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! KUnit suite run when rvrdma.ko loads: the wire path's pure parts and socket buffers (the
-//! ICRC with the kernel's `crc32_le` against the core, RoCEv2 parsing of real skbs, skb queues).
+//! ICRC with both CRC-32 implementations against the core, RoCEv2 parsing of real skbs, skb queues).
 
 #[kernel::prelude::kunit_tests(rvrdma_net)]
 mod tests {
     use crate::bindings as b;
     use crate::kunit_support;
+    use crate::net::crc32::{self, CrcImpl};
     use crate::net::fill::Fill;
     use crate::net::netdev::NetDevRef;
     use crate::net::roce::{self, RoceRxError, ICRC_LEN, IPV4_HLEN, IPV6_HLEN, UDP_HLEN};
@@ -98,6 +99,27 @@ mod tests {
         ip.copy_from_slice(&p[..IPV4_HLEN]);
         udp.copy_from_slice(&p[IPV4_HLEN..IPV4_HLEN + UDP_HLEN]);
         (ip, udp)
+    }
+
+    /// The slicing-by-8 CRC-32 gives the kernel's `crc32_le` result, whichever of the two
+    /// the module chose: every length up to 300 bytes from the first nine starts (the word
+    /// edges), from a running state.
+    #[test]
+    fn crc32_sliced_matches_kernel() {
+        let mut buf = [0u8; 320];
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = (i.wrapping_mul(97) ^ (i >> 3)) as u8;
+        }
+        for start in 0..9 {
+            for len in 0..=300 {
+                let d = &buf[start..start + len];
+                let seed = icrc::ICRC_SEED ^ (len as u32);
+                assert_eq!(
+                    crc32::crc32_with(CrcImpl::Sliced, seed, d),
+                    crc32::crc32_with(CrcImpl::Kernel, seed, d)
+                );
+            }
+        }
     }
 
     /// The ICRC computed with `crc32_le` over the core's masks equals the core's own
@@ -723,6 +745,11 @@ mod tests {
         assert_eq!(head.udp_payload_len, whole.udp_payload_len);
         let at = roce::IcrcAt::of_head(&head);
         assert!(paged.icrc_ok_in_pieces(&at));
+        // The C walk over the fragments gives one CRC with either implementation.
+        assert_eq!(
+            paged.frags_crc32(CrcImpl::Sliced, 0x1234_5678, u32::MAX),
+            paged.frags_crc32(CrcImpl::Kernel, 0x1234_5678, u32::MAX)
+        );
         // The payload, after the IP, UDP and BT headers.
         let start = head.ip_header.len() + UDP_HLEN + 12;
         let range = start..start + 2021;

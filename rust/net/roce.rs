@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! RoCEv2 framing without pointers: the ICRC with the kernel's `crc32_le`, and the check of a
+//! RoCEv2 framing without pointers: the ICRC (CRC-32 from `crc32.rs`), and the check of a
 //! received IP packet. The pure IP/UDP header code (layout, parsing, GID <-> IP conversion) is
 //! the core's [`crate::rvcore::wire::ip_udp`], re-exported here. Safe code only; `skb.rs` and
 //! `tx.rs` apply it to socket buffers.
@@ -165,7 +165,8 @@ pub enum RoceRxError {
     Skb(Error),
 }
 
-/// The ICRC of a RoCEv2 packet (IBA A17.3.3), with the arch-accelerated `crc32_le`: the masked
+/// The ICRC of a RoCEv2 packet (IBA A17.3.3), with [`crc32_le`] (the faster CRC-32, see
+/// [`super::crc32`]): the masked
 /// IP, UDP and BTH headers in one buffer (one call: on x86 a call of 16 bytes or more runs in
 /// an FPU section of its own), then the rest of `transport` (BTH up to, excluding, the ICRC).
 /// `None` when `transport` is shorter than a BTH.

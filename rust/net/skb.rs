@@ -2,6 +2,7 @@
 
 //! Owned socket buffers (`struct sk_buff`) and irq-safe queues of them (`struct sk_buff_head`).
 
+use super::crc32::{self, CrcImpl};
 use super::fill::Fill;
 use super::netdev::NetDev;
 use super::roce::{self, IcrcAt, RoceHead, RoceRx, RoceRxError};
@@ -343,8 +344,15 @@ impl Skb {
 
     /// `crc32_le` continued from `crc` over the bytes of every fragment.
     pub(super) fn frags_crc32_le(&self, crc: u32) -> u32 {
+        self.frags_crc32(crc32::chosen(), crc, u32::MAX)
+    }
+
+    /// `crc32_le` continued from `crc` over the first `len` bytes of the fragments, with
+    /// implementation `i`.
+    pub(super) fn frags_crc32(&self, i: CrcImpl, crc: u32, len: u32) -> u32 {
         // SAFETY: the skb is live; its fragments' pages are held by it while it is borrowed.
-        unsafe { b::rvr_skb_frags_crc32_le(self.as_raw(), crc, u32::MAX) }
+        // The callback reads only the bytes it is given.
+        unsafe { b::rvr_skb_frags_crc32_le(self.as_raw(), crc, len, crc32::c_callback(i)) }
     }
 
     /// Moves `skb->data` back to the network header without making the packet linear: its
@@ -435,8 +443,7 @@ impl Skb {
             let Ok(n) = u32::try_from(at.at() - covered) else {
                 return false;
             };
-            // SAFETY: the skb is live; its fragments' pages are held by it while it is borrowed.
-            state = unsafe { b::rvr_skb_frags_crc32_le(self.as_raw(), state, n) };
+            state = self.frags_crc32(crc32::chosen(), state, n);
         }
         let mut wire = [0u8; roce::ICRC_LEN];
         if self.copy_bits(at.at(), &mut wire).is_err() {

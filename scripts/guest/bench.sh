@@ -227,6 +227,8 @@ PYEOF
 dut_load >/dev/null
 cpy=$(memcpy_mbs)
 echo "# guest memcpy ${cpy} MB/s" >&2
+# Which CRC-32 the module measured faster for the ICRC when it loaded (net/crc32.rs).
+dmesg | grep -o 'ICRC: crc32_le.*' | tail -1 | sed 's/^/# rvrdma /' >&2
 # Before the lines: the last ones (1,024 QPs) can keep a driver busy past its timeout.
 qp_memory rvrdma rvr0 rvr1
 qp_memory rxe rxe0 rxe1

@@ -77,6 +77,51 @@ pub const fn crc32_update(state: u32, data: &[u8]) -> u32 {
     crc
 }
 
+/// Builds the slicing-by-8 tables: `[k][b]` is the CRC state of byte `b` followed by `k` zero
+/// bytes, so that eight table reads advance the CRC by eight bytes.
+const fn build_sliced_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    t[0] = CRC32_TABLE;
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0usize;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ CRC32_TABLE[(prev & 0xFF) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+}
+
+/// The slicing-by-8 tables of the reflected CRC-32 (8 KiB), built at compile time. A `static`,
+/// not a `const`, so that every use reads the one copy.
+pub static CRC32_SLICED: [[u32; 256]; 8] = build_sliced_tables();
+
+/// [`crc32_update`] eight bytes at a time (slicing-by-8): the same result, with a table read
+/// per byte and no carry-less multiply. Where the CPU's carry-less multiply is emulated (QEMU
+/// without KVM), this is faster than the kernel's folding `crc32_le`; the driver measures
+/// both when it loads and keeps the faster.
+pub fn crc32_update_sliced(state: u32, data: &[u8]) -> u32 {
+    let t = &CRC32_SLICED;
+    let mut crc = state;
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ crc;
+        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+        crc = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    crc32_update(crc, words.remainder())
+}
+
 /// The CRC state after feeding the 8 `0xFF` bytes that stand in for the LRH into a CRC-32
 /// started at `0xFFFF_FFFF`. Equals `0xDEBB_20E3`, the seed rdma_rxe uses.
 pub const ICRC_SEED: u32 = crc32_update(0xFFFF_FFFF, &[0xFF; 8]);
@@ -448,6 +493,23 @@ mod tests {
             reference_crc32_le(!0, b"123456789"),
             crc32_update(!0, b"123456789")
         );
+    }
+
+    #[test]
+    fn sliced_crc_is_the_table_crc() {
+        assert_eq!(!crc32_update_sliced(!0, b"123456789"), 0xCBF4_3926);
+        // Every length around a word's edge, from unaligned starts.
+        let data: Vec<u8> = (0..300u32)
+            .map(|i| (i.wrapping_mul(167) >> 3) as u8)
+            .collect();
+        for start in 0..9 {
+            for len in 0..data.len() - start {
+                let d = &data[start..start + len];
+                let seed = 0xDEBB_20E3 ^ (len as u32).wrapping_mul(0x9E37_79B9);
+                assert_eq!(crc32_update_sliced(seed, d), crc32_update(seed, d));
+            }
+        }
+        assert_eq!(CRC32_SLICED[0], CRC32_TABLE);
     }
 
     #[test]

@@ -293,6 +293,22 @@ proptest! {
     }
 
     #[test]
+    fn sliced_crc_equals_table_crc(
+        state: u32,
+        data in proptest::collection::vec(any::<u8>(), 0..2100),
+        split in 0usize..2100,
+    ) {
+        prop_assert_eq!(
+            icrc::crc32_update_sliced(state, &data),
+            icrc::crc32_update(state, &data)
+        );
+        // Continued over two pieces (a packet's headers, then its fragments).
+        let (a, b) = data.split_at(split.min(data.len()));
+        let two = icrc::crc32_update_sliced(icrc::crc32_update_sliced(state, a), b);
+        prop_assert_eq!(two, icrc::crc32_update(state, &data));
+    }
+
+    #[test]
     fn psn_add_then_sub_is_identity(a in 0u32..=PSN_MASK, n: u32) {
         let p = Psn::new(a);
         prop_assert_eq!(p.add(n).sub(n), p);
