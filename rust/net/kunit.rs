@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! KUnit suite run when rvrdma.ko loads: the wire path's pure parts and socket buffers (the
-//! ICRC with both CRC-32 implementations against the core, RoCEv2 parsing of real skbs, skb queues).
+//! ICRC with both CRC-32 implementations against the core, RoCEv2 parsing of real skbs, skb
+//! queues).
 
 #[kernel::prelude::kunit_tests(rvrdma_net)]
 mod tests {
