@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The CRC-32 of the RoCEv2 ICRC: the kernel's `crc32_le` (which rdma_rxe uses), or the core's
-//! slicing-by-8 table CRC where that is faster.
+//! slicing-by-16 table CRC where that is faster.
 //!
 //! On x86 the kernel folds with the carry-less multiply (`pclmulqdq`) inside a
 //! `kernel_fpu_begin` section. Under QEMU without KVM (TCG), where CI systems run this driver,
@@ -25,7 +25,7 @@ pub enum CrcImpl {
     Sliced,
 }
 
-/// The slicing-by-8 CRC is in use ([`select`]); until then, the kernel's.
+/// The slicing-by-16 CRC is in use ([`select`]); until then, the kernel's.
 static SLICED: AtomicBool = AtomicBool::new(false);
 
 /// The implementation in use.
@@ -102,7 +102,7 @@ pub fn select() {
         let (s, b) = pass(CrcImpl::Sliced);
         if a != b {
             // Cannot happen (the KUnit suite compares them); the kernel's is the reference.
-            pr_warn!("ICRC: slicing-by-8 CRC differs from crc32_le; using crc32_le\n");
+            pr_warn!("ICRC: slicing-by-16 CRC differs from crc32_le; using crc32_le\n");
             return;
         }
         kernel = kernel.min(k);
@@ -111,12 +111,12 @@ pub fn select() {
     let use_sliced = sliced < kernel;
     SLICED.store(use_sliced, Ordering::Relaxed);
     pr_info!(
-        "ICRC: crc32_le {} ns, slicing-by-8 {} ns per {} bytes: using {}\n",
+        "ICRC: crc32_le {} ns, slicing-by-16 {} ns per {} bytes: using {}\n",
         kernel,
         sliced,
         SPAN,
         if use_sliced {
-            "slicing-by-8"
+            "slicing-by-16"
         } else {
             "crc32_le"
         }

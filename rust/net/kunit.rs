@@ -102,7 +102,7 @@ mod tests {
         (ip, udp)
     }
 
-    /// The slicing-by-8 CRC-32 gives the kernel's `crc32_le` result, whichever of the two
+    /// The slicing-by-16 CRC-32 gives the kernel's `crc32_le` result, whichever of the two
     /// the module chose: every length up to 300 bytes from the first nine starts (the word
     /// edges), from a running state.
     #[test]

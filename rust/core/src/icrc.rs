@@ -77,13 +77,16 @@ pub const fn crc32_update(state: u32, data: &[u8]) -> u32 {
     crc
 }
 
-/// Builds the slicing-by-8 tables: `[k][b]` is the CRC state of byte `b` followed by `k` zero
-/// bytes, so that eight table reads advance the CRC by eight bytes.
-const fn build_sliced_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
+/// Bytes [`crc32_update_sliced`] takes at a time.
+const SLICE: usize = 16;
+
+/// Builds the slicing-by-16 tables: `[k][b]` is the CRC state of byte `b` followed by `k` zero
+/// bytes, so that sixteen table reads advance the CRC by sixteen bytes.
+const fn build_sliced_tables() -> [[u32; 256]; SLICE] {
+    let mut t = [[0u32; 256]; SLICE];
     t[0] = CRC32_TABLE;
     let mut k = 1;
-    while k < 8 {
+    while k < SLICE {
         let mut i = 0usize;
         while i < 256 {
             let prev = t[k - 1][i];
@@ -95,31 +98,34 @@ const fn build_sliced_tables() -> [[u32; 256]; 8] {
     t
 }
 
-/// The slicing-by-8 tables of the reflected CRC-32 (8 KiB), built at compile time. A `static`,
-/// not a `const`, so that every use reads the one copy.
-pub static CRC32_SLICED: [[u32; 256]; 8] = build_sliced_tables();
+/// The slicing-by-16 tables of the reflected CRC-32 (16 KiB), built at compile time. A
+/// `static`, not a `const`, so that every use reads the one copy.
+pub static CRC32_SLICED: [[u32; 256]; SLICE] = build_sliced_tables();
 
-/// [`crc32_update`] eight bytes at a time (slicing-by-8): the same result, with a table read
-/// per byte and no carry-less multiply. Where the CPU's carry-less multiply is emulated (QEMU
-/// without KVM), this is faster than the kernel's folding `crc32_le`; the driver measures
-/// both when it loads and keeps the faster.
+/// [`crc32_update`] sixteen bytes at a time (slicing-by-16): the same result, with a table
+/// read per byte and no carry-less multiply. Where the CPU's carry-less multiply is emulated
+/// (QEMU without KVM), this is faster than the kernel's folding `crc32_le`; the driver
+/// measures both when it loads and keeps the faster. Sixteen bytes a step rather than eight
+/// halve the loop's own work and the loads of the data.
 pub fn crc32_update_sliced(state: u32, data: &[u8]) -> u32 {
     let t = &CRC32_SLICED;
     let mut crc = state;
-    let mut words = data.chunks_exact(8);
-    for w in &mut words {
-        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ crc;
-        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
-        crc = t[7][(lo & 0xFF) as usize]
-            ^ t[6][((lo >> 8) & 0xFF) as usize]
-            ^ t[5][((lo >> 16) & 0xFF) as usize]
-            ^ t[4][(lo >> 24) as usize]
-            ^ t[3][(hi & 0xFF) as usize]
-            ^ t[2][((hi >> 8) & 0xFF) as usize]
-            ^ t[1][((hi >> 16) & 0xFF) as usize]
-            ^ t[0][(hi >> 24) as usize];
+    let mut chunks = data.chunks_exact(SLICE);
+    for c in &mut chunks {
+        let lo = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let lo = lo ^ u64::from(crc);
+        let hi = u64::from_le_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
+        // Byte `i` of the chunk is followed by `15 - i` more.
+        let mut acc = 0u32;
+        let mut i = 0;
+        while i < 8 {
+            acc ^= t[SLICE - 1 - i][((lo >> (8 * i)) & 0xFF) as usize]
+                ^ t[7 - i][((hi >> (8 * i)) & 0xFF) as usize];
+            i += 1;
+        }
+        crc = acc;
     }
-    crc32_update(crc, words.remainder())
+    crc32_update(crc, chunks.remainder())
 }
 
 /// The CRC state after feeding the 8 `0xFF` bytes that stand in for the LRH into a CRC-32
@@ -498,7 +504,7 @@ mod tests {
     #[test]
     fn sliced_crc_is_the_table_crc() {
         assert_eq!(!crc32_update_sliced(!0, b"123456789"), 0xCBF4_3926);
-        // Every length around a word's edge, from unaligned starts.
+        // Every length around a slice's edge, from unaligned starts.
         let data: Vec<u8> = (0..300u32)
             .map(|i| (i.wrapping_mul(167) >> 3) as u8)
             .collect();
