@@ -115,7 +115,7 @@ pub fn crc32_update_sliced(state: u32, data: &[u8]) -> u32 {
         let lo = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
         let lo = lo ^ u64::from(crc);
         let hi = u64::from_le_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
-        // Byte `i` of the chunk is followed by `15 - i` more.
+        // Byte `i` of `lo` has 15 - i bytes after it in the chunk, byte `i` of `hi` 7 - i.
         let mut acc = 0u32;
         let mut i = 0;
         while i < 8 {
