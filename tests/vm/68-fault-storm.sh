@@ -71,10 +71,11 @@ netem() {
 }
 
 # storm DEV_A DEV_B ARGS...: traffic.py between DEV_A and DEV_B for SECS seconds; then it stops
-# posting, completes what is in flight and compares the MRs. Passes only if traffic.py passed
-# and was still moving data when the SECS were up (the storm lasted the whole run).
+# posting, completes what is in flight and compares the MRs. Passes only if traffic.py passed,
+# completed operations, and was still moving data when the SECS were up (the storm lasted the
+# whole run).
 storm() {
-	local out=$DIR/traffic.txt stop=$DIR/stop rc=0 alive=0 t0=$SECONDS
+	local out=$DIR/traffic.txt stop=$DIR/stop rc=0 alive=0 t0=$SECONDS done_ops
 	rm -f "$stop"
 	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "$@" "${TRAFFIC[@]}" --until "$stop" \
 		--timeout "$((60 * ${RVRDMA_TIME_SCALE:-1}))" >"$out" 2>&1 &
@@ -88,7 +89,10 @@ storm() {
 	tail -4 "$out"
 	echo "traffic.py exit status $rc, still running after ${SECS} s: $alive, wall $((SECONDS - t0)) s"
 	[ "$rc" -eq 0 ] || traffic_counters "$1" "$2"
-	[ "$rc" -eq 0 ] && [ "$alive" -eq 1 ]
+	# A run that completed nothing checks nothing: it must have moved data through the storm.
+	done_ops=$(sed -n 's/^traffic: PASS: [A-Z]*, \([0-9]*\) operations.*/\1/p' "$out")
+	[ "${done_ops:-0}" -gt 0 ] || echo "no operation completed during the storm"
+	[ "$rc" -eq 0 ] && [ "$alive" -eq 1 ] && [ "${done_ops:-0}" -gt 0 ]
 }
 
 declare -A S0 S1 S2 S3

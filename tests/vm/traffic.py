@@ -397,7 +397,7 @@ class Op:
         # Each op draws from its own generator: a replay gets the same data and layout
         # whatever the timing of the completions.
         self.seed = seed
-        self.rng = random.Random(seed)
+        self._rng = None  # made at first use: a long run builds its operations up front
         self.regions = []  # (Region, owned by this op)
         self.recv = None  # the RecvBuf this op's message consumed
         self.posted_recv = None  # the RecvBuf posted for it (RQ)
@@ -409,6 +409,17 @@ class Op:
         self.sent = False  # the send completion came
         self.deadline = None  # UC Write: when to stop waiting for its data to land
         self.note = ""
+
+    @property
+    def rng(self):
+        """The op's own generator, seeded with its seed."""
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
+
+    @rng.setter
+    def rng(self, value):
+        self._rng = value
 
     def describe(self):
         parts = ["op#%d %s %s->%s size=%d" % (self.n, self.kind, self.req.tag, self.resp.tag,
@@ -1277,6 +1288,9 @@ class Traffic:
         self.srq_cap = (max(recv_sizes) if recv_sizes else 1) + SLACK_MAX
         self.big = max([s for _, s, _ in main + inv] + [self.srq_cap])
         self.setup(devs, gids, ops, dirs)
+        # Built before the line below, which callers wait for as the start of the traffic: a
+        # slow guest takes a minute to build a long --random run's operations.
+        todo = [self.new_op(k, s, d) for k, s, d in main]
         self.info("%s, %s MTU %d, ops %s, sizes %s, dir %s, window %d, %d %s%s, "
                   "MR %d MiB, %d operations" %
                   (self.args.qp_type.upper(), "port" if self.ud else "path", self.args.mtu,
@@ -1286,7 +1300,7 @@ class Traffic:
                    "QP pairs", ", receives on an SRQ" if self.args.srq
                    else "", self.args.mr_size >> 20, len(main) + len(inv)))
         t0 = time.monotonic()
-        self.drive([self.new_op(k, s, d) for k, s, d in main])
+        self.drive(todo)
         if inv and not self.fatal:
             self.run_inv([(s, d) for _, s, d in inv])
         if not self.fatal:
