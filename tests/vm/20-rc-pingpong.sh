@@ -4,7 +4,7 @@
 # traffic.py checks every byte and every completion: Send, Send with Immediate, RDMA Write, Write
 # with Immediate, Read, Fetch&Add and Compare&Swap (with failing compares), both directions at
 # once, 1 B to 1 MiB including MTU-1/MTU/MTU+1, 1..max SGEs with canaries in the gaps, random
-# offsets in 64 MiB MRs, 16 WRs in flight; path MTU 1024 and 4096, IPv4 and IPv6 GIDs. Its
+# offsets in MRs of 8 to 64 MiB, 16 WRs in flight; path MTU 1024 and 4096, IPv4 and IPv6 GIDs. Its
 # self-test shows the checks catch a flipped data byte, canary, byte_len, immediate and atomic
 # result. Send with Invalidate, both ways: it invalidates a type 2 memory window of the receiver
 # that a Write just used, and a second Write through it is refused with memory unchanged.

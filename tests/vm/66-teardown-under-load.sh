@@ -8,9 +8,12 @@
 . "$(dirname "$0")/lib.sh"
 
 DIR=$(mktemp -d)
-# Seconds the teardown command may take, and the processes to notice it.
+# Seconds the teardown command may take, and the processes to notice it. Unless a post fails
+# first, traffic.py notices that its device is gone by its --timeout (STALL seconds without a
+# completion), which traffic on a clean link never comes near.
 LIMIT=$((20 * ${RVRDMA_TIME_SCALE:-1}))
 NOTICE=$((60 * ${RVRDMA_TIME_SCALE:-1}))
+STALL=$((10 * ${RVRDMA_TIME_SCALE:-1}))
 
 main() {
 	[ "$RVRDMA_LINK_TYPE" = rvrdma ] ||
@@ -46,11 +49,11 @@ main() {
 # finished within LIMIT s, and the processes noticed (DEVICE_FATAL, traffic.py ended without a
 # data failure) within NOTICE s.
 teardown() {
-	local desc=$1 tpid wpid t rc=0 end
+	local desc=$1 tpid wpid t rc=0 end load=
 	shift
 	rm -f "$DIR"/traffic.txt "$DIR"/watch.txt
 	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
-		--qps 2 --random 5000 --sizes 1,1024,65536 --timeout "$((NOTICE / 3))" \
+		--qps 2 --random 5000 --sizes 1,1024,65536 --timeout "$STALL" \
 		>"$DIR/traffic.txt" 2>&1 &
 	tpid=$!
 	"$PY" -c '
@@ -65,14 +68,18 @@ while True:
     if ev.event_type == 8:
         break' "${DUT}0" >"$DIR/watch.txt" 2>&1 &
 	wpid=$!
-	# Traffic must be flowing before the teardown.
-	wait_for 60 grep -q "operations$" "$DIR/traffic.txt" >/dev/null
+	# Traffic must be flowing before the teardown: a teardown without load proves nothing here.
+	wait_for 60 grep -q "operations$" "$DIR/traffic.txt" >/dev/null ||
+		load="no load: traffic.py did not start posting within 60 s"
 	wait_for 30 grep -q watching "$DIR/watch.txt" >/dev/null
 	sleep 2
+	[ -z "$load" ] && ! kill -0 "$tpid" 2>/dev/null &&
+		load="no load: traffic.py ended before the teardown"
 	t=$SECONDS
 	timeout "$LIMIT" "$@" || rc=$?
+	[ -n "$load" ] && [ "$rc" -eq 0 ] && rc=1
 	result "$desc under load finishes within $LIMIT s" "$rc" \
-		"rc $rc after $((SECONDS - t)) s; traffic: $(tail -3 "$DIR/traffic.txt")"
+		"rc $rc after $((SECONDS - t)) s${load:+; $load}; traffic: $(tail -3 "$DIR/traffic.txt")"
 	end=$((SECONDS + NOTICE))
 	while [ "$SECONDS" -lt "$end" ] && { kill -0 "$tpid" 2>/dev/null || kill -0 "$wpid" 2>/dev/null; }; do
 		sleep 1

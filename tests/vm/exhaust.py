@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pyverbs.enums as e
 from pyverbs.addr import AH, AHAttr, GlobalRoute
@@ -86,11 +87,16 @@ def main():
             # `rdma resource` does not list.
             pre += base["pd"]
         want = limit - pre
+        t0 = time.monotonic()
         objs, err = fill(make, want + 16)
         n = len(objs)
+        t1 = time.monotonic()
         if while_full:
             while_full(err)
         close_all(objs)
+        # Where the run's time goes (the suite has a time budget).
+        print("# %s: %d created in %.1f s, freed in %.1f s" %
+              (name, n, t1 - t0, time.monotonic() - t1), flush=True)
         ok = n == want and err == errno.ENOMEM
         why = "%d created (the limit %d less %d held), then %s" % (
             n, limit, pre, "errno %d" % err if err is not None else "no failure")

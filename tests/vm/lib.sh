@@ -42,6 +42,18 @@ fi
 # shellcheck source=tests/vm/klog.sh
 . "$RVRDMA_TESTS_DIR/klog.sh"
 
+# Each point's line is followed by the seconds since the previous point (or the script's start):
+# the suite has a time budget, and the log should show which points spend it.
+eval "$(declare -f __ktap_test | sed '1s/^__ktap_test /__ktap_test_untimed /')"
+KTAP_LAST_US=${EPOCHREALTIME/[.,]/}
+__ktap_test() {
+	local now=${EPOCHREALTIME/[.,]/} ds
+	__ktap_test_untimed "$@"
+	ds=$(((now - KTAP_LAST_US) / 100000))
+	KTAP_LAST_US=$now
+	printf '# time: %d.%d s\n' $((ds / 10)) $((ds % 10))
+}
+
 # ---- KTAP helpers ------------------------------------------------------------------------------
 
 # Prints text as KTAP diagnostics ("# " on every line).

@@ -190,6 +190,18 @@ def parse_size(tok, mtu):
     return v
 
 
+def default_mr_size(big):
+    """Room for a window (16) of the largest buffers with their guards and gaps, as a power of
+    two from 8 MiB to 64 MiB: with the mix of sizes a run has, most of it stays free, so a random
+    placement rarely collides (one that does waits for a completion). Filling, registering and
+    comparing a 64 MiB MR costs a TCG guest seconds a run."""
+    need = 16 * (big + 2 * GUARD + 32 * GAP_MAX)
+    size = 8 << 20
+    while size < need and size < 64 << 20:
+        size <<= 1
+    return size
+
+
 def parse_bytes(tok):
     m = re.fullmatch(r"(\d+)([kmg]?)", tok.strip().lower())
     if not m:
@@ -283,9 +295,11 @@ class Side:
         """Random bytes all over the MR (a prime-length random block repeated: random enough
         for a background, and fast), recorded in the model."""
         block = rng.randbytes(65521)
-        whole = (block * (self.size // len(block) + 1))[:self.size]
-        self.mr.write(whole, self.size, 0)
-        self.shadow = bytearray(whole)
+        # The model built in place and copied once: a TCG guest copies tens of MiB slowly.
+        shadow = bytearray(block) * (self.size // len(block) + 1)
+        del shadow[self.size:]
+        self.mr.write(shadow, self.size, 0)
+        self.shadow = shadow
 
     def alloc(self, size, rng, align=1):
         """A random free range of `size` bytes starting at a multiple of `align`; None when
@@ -1287,6 +1301,8 @@ class Traffic:
         recv_sizes = [s for k, s, _ in main + inv if k in SEND_OPS]
         self.srq_cap = (max(recv_sizes) if recv_sizes else 1) + SLACK_MAX
         self.big = max([s for _, s, _ in main + inv] + [self.srq_cap])
+        if self.args.mr_size is None:
+            self.args.mr_size = default_mr_size(self.big)
         self.setup(devs, gids, ops, dirs)
         # Built before the line below, which callers wait for as the start of the traffic: a
         # slow guest takes a minute to build a long --random run's operations.
@@ -1316,11 +1332,12 @@ class Traffic:
         """The whole MR against the model: nothing wrote where no operation was aimed."""
         step = 4 << 20
         bad = 0
+        model = memoryview(s.shadow)  # slices without copies
         for off in range(0, s.size, step):
             n = min(step, s.size - off)
             got = s.mr.read(n, off)
             self.checked += n
-            if got != s.shadow[off:off + n]:
+            if got != model[off:off + n]:
                 i, count = first_diff(got, s.shadow[off:off + n])
                 bad += count
                 if bad == count:
@@ -1366,8 +1383,8 @@ def main():
                    help="the responders' receives go to a shared receive queue")
     p.add_argument("--max-sge", type=int, default=0,
                    help="at most this many SGEs per WR (default: the device maximum)")
-    p.add_argument("--mr-size", type=parse_bytes, default=64 << 20, metavar="SIZE",
-                   help="each side's MR (default 64M)")
+    p.add_argument("--mr-size", type=parse_bytes, metavar="SIZE",
+                   help="each side's MR (default: 16 of the largest buffers, 8M to 64M)")
     p.add_argument("--seed", type=int, help="replay the run of this seed")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds without any completion before giving up (default 60)")
