@@ -58,7 +58,7 @@ def ext(kind, rng, qkeys):
                            rng.getrandbits(64))
     if kind == D:
         return struct.pack(">II", rng.choice(qkeys + [rng.getrandbits(32)]), rng.getrandbits(24))
-    return bytes(rng.getrandbits(8) for _ in range(SIZES[kind]))
+    return rng.randbytes(SIZES[kind])
 
 
 def roce_packet(rng, qpn, qkeys):
@@ -78,7 +78,7 @@ def roce_packet(rng, qpn, qkeys):
     ack_req = rng.getrandbits(1)
     bth = struct.pack(">BBHII", opcode, flags, pkey, qpn & 0xFFFFFF, ack_req << 31 | psn)
     body = b"".join(ext(k, rng, qkeys) for k in layout)
-    body += bytes(rng.getrandbits(8) for _ in range(min(payload_len, 64)))
+    body += rng.randbytes(min(payload_len, 64))
     body += b"\x5a" * max(0, payload_len - 64)
     body += bytes(pad)
     if rng.random() < 0.03:
