@@ -8,6 +8,7 @@ use super::counters::Counters;
 use super::mcast::McastTable;
 use super::mr_table::MrTable;
 use super::qp::QpShared;
+use super::rx_hold::{RxHolds, RxQp};
 use crate::ib::attrs::PortState;
 use crate::net::netdev::{NetDev, NetDevRef};
 use crate::net::udp_tunnel;
@@ -20,7 +21,8 @@ use kernel::{prelude::*, sync::Arc};
 pub const FIRST_QPN: u32 = 16;
 /// The number of the GSI QP on the wire, on every port.
 pub const GSI_QPN: u32 = 1;
-/// Most QPs per device (the table is one slot each: 16 bytes, 256 KiB a device).
+/// Most QPs per device (the table is one slot and one receive count each: 20 bytes, 320 KiB a
+/// device).
 pub const MAX_QPS: usize = 16384;
 
 /// An entry of the QP table.
@@ -31,6 +33,9 @@ enum QpSlot {
     Reserved,
     /// A live QP.
     Used(Arc<QpShared>),
+    /// Out of the table, its destroy not done: packets for it find no QP, and the number is
+    /// not handed out yet.
+    Dying,
 }
 
 /// State shared by a device's datapath.
@@ -45,6 +50,9 @@ pub struct DevShared {
     /// QPs by number.
     #[pin]
     qps: IrqSpinLock<QpTable>,
+    /// The receive paths' holds on each QP of the table, by its index there
+    /// ([`QpTable::index`]).
+    rx_holds: RxHolds,
     /// User AHs by number (`ah_num - 1`): user datagram WQEs name their AH by number.
     #[pin]
     ahs: IrqSpinLock<KVec<Option<UserAh>>>,
@@ -98,13 +106,29 @@ struct QpTable {
 }
 
 impl QpTable {
-    /// The slot of `qpn` (for QP1, the GSI QP of `port`).
-    fn slot(&mut self, qpn: u32, port: u8) -> Option<&mut QpSlot> {
+    /// Where `qpn` (for QP1, the GSI QP of `port`) is: the QP numbers' slots first, then the
+    /// GSI QPs'.
+    fn index(&self, qpn: u32, port: u8) -> Option<usize> {
         if qpn == GSI_QPN {
-            return self.gsi.get_mut(usize::from(port).checked_sub(1)?);
+            let p = usize::from(port).checked_sub(1)?;
+            return (p < self.gsi.len()).then(|| self.slots.len() + p);
         }
         let i = usize::try_from(qpn.checked_sub(FIRST_QPN)?).ok()?;
-        self.slots.get_mut(i)
+        (i < self.slots.len()).then_some(i)
+    }
+
+    /// The slot at `i` ([`Self::index`]).
+    fn at(&mut self, i: usize) -> Option<&mut QpSlot> {
+        match i.checked_sub(self.slots.len()) {
+            None => self.slots.get_mut(i),
+            Some(p) => self.gsi.get_mut(p),
+        }
+    }
+
+    /// The slot of `qpn` (for QP1, the GSI QP of `port`).
+    fn slot(&mut self, qpn: u32, port: u8) -> Option<&mut QpSlot> {
+        let i = self.index(qpn, port)?;
+        self.at(i)
     }
 }
 
@@ -128,6 +152,7 @@ impl DevShared {
                 ports: held,
                 mrs,
                 counters: Counters::default(),
+                rx_holds: RxHolds::new(MAX_QPS + 2)?,
                 qps <- crate::new_irq_spinlock!(
                     QpTable {
                         slots: table,
@@ -210,12 +235,12 @@ impl DevShared {
         }
     }
 
-    /// Removes QP `qpn` (for QP1, the GSI QP of `port`) from the table; returns it so the caller
-    /// drops it outside the lock.
+    /// Takes QP `qpn` (for QP1, the GSI QP of `port`) out of the table; returns it so the
+    /// caller drops it outside the lock. Its number stays taken until [`Self::free_qpn`].
     pub fn remove_qp(&self, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
         let mut t = self.qps.lock();
         let slot = t.slot(qpn, port)?;
-        match core::mem::replace(slot, QpSlot::Free) {
+        match core::mem::replace(slot, QpSlot::Dying) {
             QpSlot::Used(qp) => Some(qp),
             other => {
                 *slot = other;
@@ -224,11 +249,28 @@ impl DevShared {
         }
     }
 
-    /// The QP a packet for `qpn` that arrived on `port` is for (QP1 is the port's GSI QP).
-    pub fn qp(&self, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
+    /// Waits for the receive paths that found QP `qpn` (on `port` for QP1) before
+    /// [`Self::remove_qp`] took it out, then frees its number. Process context (sleeps).
+    pub fn free_qpn(&self, qpn: u32, port: u8) {
+        let Some(i) = self.qps.lock().index(qpn, port) else {
+            return;
+        };
+        self.rx_holds.wait(i);
         let mut t = self.qps.lock();
-        match t.slot(qpn, port) {
-            Some(QpSlot::Used(qp)) => Some(qp.clone()),
+        if let Some(slot) = t.at(i) {
+            if matches!(slot, QpSlot::Dying) {
+                *slot = QpSlot::Free;
+            }
+        }
+    }
+
+    /// The QP a packet for `qpn` that arrived on `port` is for (QP1 is the port's GSI QP),
+    /// held until the receive path drops it (its destroy waits for that).
+    pub(crate) fn qp(&self, qpn: u32, port: u8) -> Option<RxQp<'_>> {
+        let mut t = self.qps.lock();
+        let i = t.index(qpn, port)?;
+        match t.at(i) {
+            Some(QpSlot::Used(qp)) => self.rx_holds.hold(i, qp),
             _ => None,
         }
     }

@@ -25,4 +25,5 @@ pub mod pd;
 pub mod qp;
 pub mod receive;
 pub mod registry;
+mod rx_hold;
 pub mod srq;

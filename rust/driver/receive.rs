@@ -14,7 +14,7 @@ use super::counters::Counters;
 use super::dev_shared::DevShared;
 use super::held_payload::Payload;
 use super::mcast::MAX_QP_ATTACH;
-use super::qp::QpShared;
+use super::rx_hold::RxQp;
 use crate::net::roce::{IcrcAt, RoceHead, UDP_HLEN};
 use crate::net::skb::Skb;
 use crate::net::udp_tunnel::{self, RxListener};
@@ -215,7 +215,7 @@ fn decode(
 }
 
 /// The QP a packet for `qpn` goes to, on `port`; `None` for the multicast QPN.
-fn qp_for(dev: &DevShared, qpn: u32, port: u8) -> Option<Arc<QpShared>> {
+fn qp_for(dev: &DevShared, qpn: u32, port: u8) -> Option<RxQp<'_>> {
     match qpn {
         MULTICAST_QPN => None,
         qpn => dev.qp(qpn, port),
@@ -269,13 +269,7 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
 }
 
 /// Handles a packet at once: checks its ICRC and hands it to its QP (or multicast group).
-fn deliver(
-    dev: &DevShared,
-    p: &Inbound,
-    h: &Option<Headers>,
-    skb: &mut Skb,
-    qp: Option<Arc<QpShared>>,
-) {
+fn deliver(dev: &DevShared, p: &Inbound, h: &Option<Headers>, skb: &mut Skb, qp: Option<RxQp<'_>>) {
     let c = &dev.counters;
     if !p.icrc_ok(skb, c) {
         return;

@@ -762,10 +762,9 @@ fn destroy(qp: Arc<QpShared>) {
     drop(sq);
     drop(rq);
     workqueue::flush_work::<_, 0>(&*qp);
-    // Received packets are handled in the UDP layer's RCU read-side section: after a grace
-    // period no receive path holds a reference taken before the QP left the table, and none
-    // queues a packet or the receive queue's work any more.
-    crate::sync::rcu::synchronize();
+    // After this no receive path holds the QP (each found it in the table before it left), and
+    // none queues a packet or the receive queue's work any more.
+    qp.dev.free_qpn(qp.qpn, qp.port);
     // The receive queue's three work items queue each other, but only from a run that looked
     // before `dead` was set (and the queue closed with it): what such a run queues finds the
     // QP dead and queues nothing. So after the items were waited for twice, in any order,
