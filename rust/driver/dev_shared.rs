@@ -24,6 +24,8 @@ pub const GSI_QPN: u32 = 1;
 /// Most QPs per device (the table is one slot and one receive count each: 20 bytes, 320 KiB a
 /// device).
 pub const MAX_QPS: usize = 16384;
+/// GSI QPs per device: one a port.
+const GSI_SLOTS: usize = 2;
 
 /// An entry of the QP table.
 enum QpSlot {
@@ -98,7 +100,7 @@ pub struct UserAh {
 /// has its own, under the same number).
 struct QpTable {
     slots: KVec<QpSlot>,
-    gsi: [QpSlot; 2],
+    gsi: [QpSlot; GSI_SLOTS],
     /// Where the search for a free number starts: after the last one handed out, so that
     /// creating many QPs is not quadratic and a number just freed is not reused at once (a
     /// late packet of the old QP would find the new one).
@@ -152,7 +154,7 @@ impl DevShared {
                 ports: held,
                 mrs,
                 counters: Counters::default(),
-                rx_holds: RxHolds::new(MAX_QPS + 2)?,
+                rx_holds: RxHolds::new(MAX_QPS + GSI_SLOTS)?,
                 qps <- crate::new_irq_spinlock!(
                     QpTable {
                         slots: table,
