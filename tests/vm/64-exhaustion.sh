@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Resource exhaustion (tests/vm/exhaust.py): PDs, CQs, MRs, SRQs, AHs, MWs and QPs are created on one
-# device until a create fails; each kind stops exactly at the limit `ibv_devinfo -v` advertises
-# (counting what the kernel holds on the device) with ENOMEM; while one device holds all its
-# PDs another still allocates one; afterwards every count is back where it was. rdma_rxe is not
-# run: its limits (tens of thousands of each) take too long to reach under TCG.
+# Resource exhaustion (tests/vm/exhaust.py; exhaust_fill.c makes and frees the objects): PDs, CQs,
+# MRs, SRQs, AHs, MWs and QPs are created on one device until a create fails; each kind stops
+# exactly at the limit `ibv_devinfo -v` advertises (counting what the kernel holds on the device)
+# with ENOMEM; while one device holds all its PDs another still allocates one; afterwards every
+# count is back where it was. rdma_rxe is not run: its limits (tens of thousands of each) take too
+# long to reach under TCG.
 . "$(dirname "$0")/lib.sh"
 
 POINTS=9
