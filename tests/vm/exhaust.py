@@ -46,24 +46,15 @@ def gsi_qps(dev):
 
 def fill(dev, name, cap, *extra):
     """Runs exhaust_fill: makes up to `cap` objects of kind `name`, then frees them. Returns its
-    report as a dict: made, errno (0: `cap` made), create_s, free_s, and where given other
-    ("OK" or an errno) and free_errno."""
+    report (exhaust_fill.c) as numbers by name: made, errno (0: `cap` made), create_s, free_s,
+    and where given other (0: the PD on the other device was made) and free_errno."""
     run = subprocess.run([FILL, dev, name, str(cap)] + [str(x) for x in extra],
                          capture_output=True, text=True)
-    words = run.stdout.split()
-    if run.returncode != 0 or len(words) < 8 or words[0] != "made":
+    rep = dict(w.split("=", 1) for w in run.stdout.split() if "=" in w)
+    if run.returncode != 0 or not {"made", "errno", "create_s", "free_s"} <= rep.keys():
         raise RuntimeError("exhaust_fill %s %s: exit status %d, %s%s" % (
             dev, name, run.returncode, run.stdout.strip(), run.stderr.strip()))
-    rep = {}
-    i = 0
-    while i + 1 < len(words):
-        key, value = words[i], words[i + 1]
-        if key == "other" and value == "errno":
-            key, value = "other", words[i + 2]
-            i += 1
-        rep[key] = value if key == "other" and value == "OK" else float(value)
-        i += 2
-    return rep
+    return {k: float(v) for k, v in rep.items()}
 
 
 def main():
@@ -105,10 +96,13 @@ def main():
     if other:
         # The limits are per device: with every PD of this one taken, another still has its own.
         o = rep.get("other")
-        point(o == "OK" and err == errno.ENOMEM,
-              "with every PD of %s taken, %s still allocates one" % (dev, other),
-              "a PD on %s failed with errno %d" % (other, o) if o != "OK" else
-              "filling %s's PDs ended with %s" % (dev, "errno %d" % err if err else "no failure"))
+        if o != 0:
+            why = "a PD on %s: %s" % (other, "no report" if o is None else "errno %d" % o)
+        else:
+            why = "filling %s's PDs ended with %s" % (
+                dev, "errno %d" % err if err else "no failure")
+        point(o == 0 and err == errno.ENOMEM,
+              "with every PD of %s taken, %s still allocates one" % (dev, other), why)
     point(ok, "pd: exactly max_pd = %d, then ENOMEM" % a.max_pd, why)
     for name, limit, key in (("cq", a.max_cq, "cq"), ("mr", a.max_mr, "mr"),
                              ("srq", a.max_srq, "srq"), ("ah", a.max_ah, None),

@@ -8,10 +8,11 @@
  * usage: exhaust_fill DEV KIND COUNT [GID_INDEX] [OTHER_DEV]
  *   KIND: pd, cq, mr, srq, ah, mw or qp. GID_INDEX (ah only): the port-1 GID the AHs route to.
  *   OTHER_DEV (pd only): while every PD is held, one PD is allocated and freed on OTHER_DEV.
- * Prints one line: "made N errno E create_s S free_s S [other OK|errno E]" (errno 0: COUNT made
- * without a failure). The helper's own PD and CQ (the parents of the other kinds) are made
- * before the count starts and count against no kind but their own. Exits 1 on a usage or set-up
- * error, else 0: the caller judges the numbers.
+ * Prints one line of KEY=VALUE words: "made=N errno=E create_s=S free_s=S", then "other=E"
+ * (pd with OTHER_DEV) and "free_errno=E" (a free failed). errno 0: COUNT made without a failure;
+ * other=0: the PD on OTHER_DEV was made. The helper's own PD and CQ (the parents of the other
+ * kinds) are made before the count starts and count against no kind but their own. Exits 1 on
+ * a usage or set-up error, else 0: the caller judges the numbers.
  */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -198,13 +199,11 @@ int main(int argc, char **argv)
 	}
 	t2 = now();
 
-	printf("made %d errno %d create_s %.1f free_s %.1f", made, err, t1 - t0, t2 - t1);
-	if (other > 0)
-		printf(" other errno %d", other);
-	else if (other == 0)
-		printf(" other OK");
+	printf("made=%d errno=%d create_s=%.1f free_s=%.1f", made, err, t1 - t0, t2 - t1);
+	if (other >= 0)
+		printf(" other=%d", other);
 	if (free_err)
-		printf(" free_errno %d", free_err);
+		printf(" free_errno=%d", free_err);
 	printf("\n");
 	if (p.cq)
 		ibv_destroy_cq(p.cq);
