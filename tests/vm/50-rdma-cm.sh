@@ -62,7 +62,7 @@ rping_run() {
 	cm_pair "$saddr"
 	port=$(pp_next_port) || return 1
 	cm_server rping -s -a "$saddr" -p "$port" -v -V -S "$size" -C "$count" || rc=1
-	out=$(ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" rping -c -a "$saddr" -p "$port" -v -V \
+	out=$(ip netns exec "$cns" timeout "$(pp_limit)" rping -c -a "$saddr" -p "$port" -v -V \
 		-S "$size" -C "$count" 2>&1) || rc=1
 	cm_server_done || rc=1
 	n=$(grep -c "ping data: " <<<"$out")
@@ -79,7 +79,7 @@ ucmatose_run() {
 	cm_pair "$saddr"
 	port=$(pp_next_port) || return 1
 	cm_server ucmatose -b "$saddr" -p "$port" -c "$conns" -C "$msgs" || rc=1
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" ucmatose -s "$saddr" -p "$port" \
+	ip netns exec "$cns" timeout "$(pp_limit)" ucmatose -s "$saddr" -p "$port" \
 		-c "$conns" -C "$msgs" 2>&1 || rc=1
 	cm_server_done || rc=1
 	return "$rc"
@@ -91,7 +91,7 @@ udaddy_run() {
 	local saddr=$1 sns cns srv_out srv_pid rc=0
 	cm_pair "$saddr"
 	cm_server udaddy -b "$saddr" || rc=1
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" udaddy -s "$saddr" 2>&1 || rc=1
+	ip netns exec "$cns" timeout "$(pp_limit)" udaddy -s "$saddr" 2>&1 || rc=1
 	cm_server_done || rc=1
 	return "$rc"
 }
@@ -103,7 +103,7 @@ rstream_run() {
 	cm_pair "$saddr"
 	port=$(pp_next_port) || return 1
 	cm_server rstream -b "$saddr" -p "$port" -T v -S 65536 -C 200 || rc=1
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" rstream -s "$saddr" -p "$port" -T v \
+	ip netns exec "$cns" timeout "$(pp_limit)" rstream -s "$saddr" -p "$port" -T v \
 		-S 65536 -C 200 2>&1 || rc=1
 	cm_server_done || rc=1
 	return "$rc"

@@ -46,7 +46,7 @@ ep_run() {
 	port=$(pp_next_port) || return 1
 	before=$(cm_counts "$sdev") || { echo "no ib_cm counters for $sdev"; return 1; }
 	cm_server rdma_server -s "$saddr" -p "$port" || rc=1
-	out=$(ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" rdma_client -s "$saddr" -p "$port" 2>&1) || rc=1
+	out=$(ip netns exec "$cns" timeout "$(pp_limit)" rdma_client -s "$saddr" -p "$port" 2>&1) || rc=1
 	echo "client: $out"
 	grep -qx "rdma_client: end 0" <<<"$out" || rc=1
 	# In this shell (it waits for the server, a child of this shell), its output kept in a file.
@@ -97,7 +97,7 @@ cmtime_run() {
 	port=$(pp_next_port) || return 1
 	before=$(cm_counts "$sdev") || { echo "no ib_cm counters for $sdev"; return 1; }
 	cm_server cmtime -b "$saddr" -p "$port" || rc=1
-	out=$(ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" cmtime -s "$saddr" -p "$port" \
+	out=$(ip netns exec "$cns" timeout "$(pp_limit)" cmtime -s "$saddr" -p "$port" \
 		-c "$conns" 2>&1) || rc=1
 	echo "$out"
 	# The server never exits by itself: it must still be running, then it is stopped.

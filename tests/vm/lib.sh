@@ -10,7 +10,8 @@
 #   RVRDMA_WAIT        seconds to wait for asynchronous state changes (default 30; TCG is slow)
 #   RVRDMA_ACK_TIMEOUT Local ACK Timeout exponent of the QPs the Python tools make, and perftest's
 #                      -u (default: 14, the stock tools' 67 ms; the debug kernel sets 18)
-#   RVRDMA_TIME_SCALE  factor on the time limit of data-checked transfers (default 1)
+#   RVRDMA_TIME_SCALE  factor on the time limit of data-checked transfers and of the pingpong,
+#                      perftest and RDMA CM programs (default 1)
 #
 # Topology (topo_setup): two network namespaces wired by veth pairs
 #   rvA: veth0 10.77.0.1/24 fd77::1/64      <->  rvB: veth1 10.77.0.2/24 fd77::2/64
@@ -472,6 +473,12 @@ pf_run() {
 	ex_run -x "${PF_SERVER_OUT:-/dev/null}" "$prog" "$@" -F ${RVRDMA_ACK_TIMEOUT:+-u "$RVRDMA_ACK_TIMEOUT"}
 }
 
+# pp_limit: the seconds one pingpong, perftest or RDMA CM program may run: PP_TIMEOUT (default
+# 240) times RVRDMA_TIME_SCALE, as for the data-checked transfers (the debug kernel is slower).
+pp_limit() {
+	echo $((${PP_TIMEOUT:-240} * ${RVRDMA_TIME_SCALE:-1}))
+}
+
 # ex_run GIDFLAG SERVER_OUT PROG SDEV SADDR CDEV CADDR [ARGS...]: what pp_run and pf_run share.
 ex_run() {
 	local gflag=$1 sout=$2 prog=$3 sdev=$4 saddr=$5 cdev=$6 caddr=$7 gs gc spid rc=1 port sns cns
@@ -482,9 +489,9 @@ ex_run() {
 	if ip -n "$NS_A" -br addr | grep -qF " $saddr/"; then sns=$NS_A cns=$NS_B; else sns=$NS_B cns=$NS_A; fi
 	if [ "$sout" = /dev/stdout ]; then
 		# Opening /dev/stdout anew would truncate a file the caller sent stdout to.
-		ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" 2>&1 &
+		ip netns exec "$sns" timeout "$(pp_limit)" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" 2>&1 &
 	else
-		ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
+		ip netns exec "$sns" timeout "$(pp_limit)" "$prog" -d "$sdev" "$gflag" "$gs" -p "$port" "$@" >"$sout" 2>&1 &
 	fi
 	spid=$!
 	# PP_LISTEN_WAIT: seconds for the server to listen (it sets up its QPs first); a server that
@@ -496,7 +503,7 @@ ex_run() {
 		wait "$spid"
 		return 1
 	fi
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" "$gflag" "$gc" -p "$port" "$@" "${PP_CONNECT:-$saddr}" && rc=0
+	ip netns exec "$cns" timeout "$(pp_limit)" "$prog" -d "$cdev" "$gflag" "$gc" -p "$port" "$@" "${PP_CONNECT:-$saddr}" && rc=0
 	wait "$spid" || rc=1
 	return "$rc"
 }
@@ -511,11 +518,11 @@ pf_cm_run() {
 	[ -n "${RVRDMA_ACK_TIMEOUT:-}" ] && t=(-u "$RVRDMA_ACK_TIMEOUT")
 	port=$(pp_next_port) || return 1
 	cm_pair "$saddr"
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$sdev" -R -p "$port" -F "${t[@]}" "$@" \
+	ip netns exec "$sns" timeout "$(pp_limit)" "$prog" -d "$sdev" -R -p "$port" -F "${t[@]}" "$@" \
 		>"${PF_SERVER_OUT:-/dev/null}" 2>&1 &
 	spid=$!
 	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN" || { kill "$spid"; return 1; }
-	ip netns exec "$cns" timeout "${PP_TIMEOUT:-240}" "$prog" -d "$cdev" -R -p "$port" -F "${t[@]}" "$@" \
+	ip netns exec "$cns" timeout "$(pp_limit)" "$prog" -d "$cdev" -R -p "$port" -F "${t[@]}" "$@" \
 		"$saddr" || rc=1
 	wait "$spid" || rc=1
 	return "$rc"
@@ -556,7 +563,7 @@ cm_pair() {
 # waits until an RDMA CM id listens.
 cm_server() {
 	srv_out=$(mktemp)
-	ip netns exec "$sns" timeout "${PP_TIMEOUT:-240}" "$@" >"$srv_out" 2>&1 &
+	ip netns exec "$sns" timeout "$(pp_limit)" "$@" >"$srv_out" 2>&1 &
 	srv_pid=$!
 	wait_for 30 eval "rdma resource show cm_id 2>/dev/null | grep -q LISTEN"
 }
