@@ -5,7 +5,7 @@
 //! the core's [`crate::rvcore::wire::ip_udp`], re-exported here. Safe code only; `skb.rs` and
 //! `tx.rs` apply it to socket buffers.
 
-use super::crc32::crc32_le;
+use super::crc32::{chosen, crc32_le, CrcImpl};
 use crate::rvcore::icrc::{self, IpHeader};
 use crate::rvcore::wire::ip_udp::{self, IpUdpError};
 use kernel::prelude::*;
@@ -122,8 +122,17 @@ impl IcrcAt {
         Some((state, end))
     }
 
-    /// Whether the ICRC of the packet in `pkt` is right (the headers masked in copies).
+    /// Whether the ICRC of the packet in `pkt` is right (the headers masked in copies, or, with
+    /// the table CRC, as they are read).
     pub fn check(&self, pkt: &[u8]) -> bool {
+        if chosen() == CrcImpl::Sliced {
+            return self.icrc.is_some()
+                && pkt
+                    .get(..self.at)
+                    .and_then(|p| icrc::icrc_state_sliced(p, self.ipv4))
+                    .map(|s| !s)
+                    == self.icrc;
+        }
         let ip_hlen = if self.ipv4 { IPV4_HLEN } else { IPV6_HLEN };
         let ip = if self.ipv4 {
             pkt.get(..IPV4_HLEN)
@@ -196,6 +205,10 @@ pub fn compute_icrc_in_place(pkt: &mut [u8], ipv4: bool) -> Option<u32> {
 /// [`compute_icrc_in_place`]: to continue over the bytes that follow elsewhere (a payload in
 /// pages), the ICRC then being its complement.
 pub fn icrc_state_in_place(pkt: &mut [u8], ipv4: bool) -> Option<u32> {
+    // The table CRC masks the words as it loads them: nothing written.
+    if chosen() == CrcImpl::Sliced {
+        return icrc::icrc_state_sliced(pkt, ipv4);
+    }
     let unmask = icrc::mask_in_place(pkt, ipv4)?;
     let crc = crc32_le(icrc::ICRC_SEED, pkt);
     unmask.restore(pkt);

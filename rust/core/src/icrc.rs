@@ -108,24 +108,83 @@ pub static CRC32_SLICED: [[u32; 256]; SLICE] = build_sliced_tables();
 /// measures both when it loads and keeps the faster. Sixteen bytes a step rather than eight
 /// halve the loop's own work and the loads of the data.
 pub fn crc32_update_sliced(state: u32, data: &[u8]) -> u32 {
-    let t = &CRC32_SLICED;
+    let (chunks, rest) = data.as_chunks::<SLICE>();
     let mut crc = state;
-    let mut chunks = data.chunks_exact(SLICE);
-    for c in &mut chunks {
-        let lo = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        let lo = lo ^ u64::from(crc);
-        let hi = u64::from_le_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
-        // Byte `i` of `lo` has 15 - i bytes after it in the chunk, byte `i` of `hi` 7 - i.
-        let mut acc = 0u32;
-        let mut i = 0;
-        while i < 8 {
-            acc ^= t[SLICE - 1 - i][((lo >> (8 * i)) & 0xFF) as usize]
-                ^ t[7 - i][((hi >> (8 * i)) & 0xFF) as usize];
-            i += 1;
-        }
-        crc = acc;
+    for c in chunks {
+        crc = sliced_step(crc, c, [0, 0]);
     }
-    crc32_update(crc, chunks.remainder())
+    crc32_update(crc, rest)
+}
+
+/// One step of [`crc32_update_sliced`]: the state after the 16-byte chunk `c` with the bits of
+/// `mask` (its low and high eight bytes as little-endian words) set.
+#[inline(always)]
+fn sliced_step(crc: u32, c: &[u8; SLICE], mask: [u64; 2]) -> u32 {
+    let t = &CRC32_SLICED;
+    let lo = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) | mask[0];
+    let lo = lo ^ u64::from(crc);
+    let hi = u64::from_le_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]) | mask[1];
+    // Byte `i` of `lo` has 15 - i bytes after it in the chunk, byte `i` of `hi` 7 - i.
+    let mut acc = 0u32;
+    let mut i = 0;
+    while i < 8 {
+        acc ^= t[SLICE - 1 - i][((lo >> (8 * i)) & 0xFF) as usize]
+            ^ t[7 - i][((hi >> (8 * i)) & 0xFF) as usize];
+        i += 1;
+    }
+    acc
+}
+
+/// The bits the ICRC masks ([`MASKED_V4`]) as [`crc32_update_sliced`]'s 16-byte chunks see them:
+/// per chunk, its low and high eight bytes as little-endian words.
+const CHUNK_MASKS_V4: [[u64; 2]; 3] = chunk_masks(&MASKED_V4);
+/// [`CHUNK_MASKS_V4`] for IPv6 ([`MASKED_V6`]).
+const CHUNK_MASKS_V6: [[u64; 2]; 4] = chunk_masks(&MASKED_V6);
+
+/// Folds a list of masked bytes into per-chunk words (`N` chunks cover the last byte).
+const fn chunk_masks<const N: usize, const M: usize>(masked: &[(usize, u8); M]) -> [[u64; 2]; N] {
+    let mut out = [[0u64; 2]; N];
+    let mut i = 0;
+    while i < M {
+        let (at, bits) = masked[i];
+        let (chunk, within) = (at / SLICE, at % SLICE);
+        out[chunk][within / 8] |= (bits as u64) << (8 * (within % 8));
+        i += 1;
+    }
+    out
+}
+
+/// The ICRC's running CRC over `pkt`, a packet from its IP header (IPv4 if `ipv4`) at least its
+/// IP, UDP and BT headers long, from [`ICRC_SEED`]: as [`mask_in_place`] and
+/// [`crc32_update_sliced`] over the masked packet, without writing it (the masks are applied to
+/// the words as they are loaded). `None` when `pkt` is too short.
+pub fn icrc_state_sliced(pkt: &[u8], ipv4: bool) -> Option<u32> {
+    let (fixed, masks): (usize, &[[u64; 2]]) = if ipv4 {
+        (IPV4_FIXED, &CHUNK_MASKS_V4)
+    } else {
+        (IPV6_FIXED, &CHUNK_MASKS_V6)
+    };
+    if pkt.len() < fixed {
+        return None;
+    }
+    let mut crc = ICRC_SEED;
+    let mut rest = pkt;
+    for m in masks {
+        let Some((c, after)) = rest.split_first_chunk::<SLICE>() else {
+            // A short packet (an ACK) ends inside the masked headers: its tail masked too.
+            let mut tail = [0u8; SLICE];
+            let tail = tail.get_mut(..rest.len())?;
+            tail.copy_from_slice(rest);
+            let bytes = [m[0].to_le_bytes(), m[1].to_le_bytes()];
+            for (i, b) in tail.iter_mut().enumerate() {
+                *b |= bytes[i / 8][i % 8];
+            }
+            return Some(crc32_update(crc, tail));
+        };
+        crc = sliced_step(crc, c, *m);
+        rest = after;
+    }
+    Some(crc32_update_sliced(crc, rest))
 }
 
 /// The CRC state after feeding the 8 `0xFF` bytes that stand in for the LRH into a CRC-32
@@ -583,6 +642,28 @@ mod tests {
         let mut d = Icrc::new();
         d.update(v6.as_bytes());
         assert_eq!(c, d);
+    }
+
+    #[test]
+    fn icrc_state_sliced_is_the_masked_crc_at_every_length() {
+        for ipv4 in [true, false] {
+            let fixed = if ipv4 { IPV4_FIXED } else { IPV6_FIXED };
+            for fill in [0x00u8, 0x5A, 0xFF] {
+                // Every length from the headers alone past the last masked chunk and beyond.
+                for n in fixed..fixed + 70 {
+                    let pkt: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(37) ^ fill).collect();
+                    let mut m = pkt.clone();
+                    let _ = mask_in_place(&mut m, ipv4).unwrap();
+                    let want = crc32_update(ICRC_SEED, &m);
+                    assert_eq!(
+                        icrc_state_sliced(&pkt, ipv4),
+                        Some(want),
+                        "ipv4 {ipv4} n {n}"
+                    );
+                }
+            }
+            assert_eq!(icrc_state_sliced(&std::vec![0u8; fixed - 1], ipv4), None);
+        }
     }
 
     #[test]

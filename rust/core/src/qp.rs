@@ -885,14 +885,14 @@ where
         mem: &mut M,
         out: &mut O,
     ) -> usize {
-        let path = *self.apm.primary();
         let mut sent = 0;
-        if self.sm.rq_processes_inbound() {
-            let ctx = self.rx_ctx(&path, &PathMatch::default());
+        // Most calls have no response waiting: no context built for those.
+        if self.sm.rq_processes_inbound() && self.rq.has_pending_responses() {
+            let ctx = self.rx_ctx(self.apm.primary(), &PathMatch::default());
             sent += self.rq.transmit(budget, &ctx, out);
         }
         if self.sm.sq_continues_in_flight() && sent < budget {
-            let ctx = self.tx_ctx(&path);
+            let ctx = self.tx_ctx(self.apm.primary());
             let start_new = self.sm.sq_starts_new_requests();
             let (n, o) = self
                 .sq

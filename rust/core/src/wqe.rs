@@ -49,6 +49,14 @@ impl SgList {
         Some(l)
     }
 
+    /// Appends `s`; `None` (the list unchanged) when it holds [`MAX_SGE`] already.
+    pub fn push(&mut self, s: Sge) -> Option<()> {
+        let d = self.sges.get_mut(usize::from(self.num))?;
+        *d = s;
+        self.num += 1;
+        Some(())
+    }
+
     /// The elements in use.
     pub fn as_slice(&self) -> &[Sge] {
         let n = (self.num as usize).min(MAX_SGE);
@@ -483,6 +491,22 @@ impl Default for SendSlot {
 mod tests {
     use super::*;
     use crate::apm::PathInfo;
+
+    #[test]
+    fn sg_list_push_appends_up_to_max_sge_as_from_slice_builds() {
+        let all: [Sge; MAX_SGE] = core::array::from_fn(|i| Sge {
+            addr: i as u64 * 4096,
+            length: i as u32 + 1,
+            lkey: 7,
+        });
+        let mut l = SgList::EMPTY;
+        for (i, s) in all.iter().enumerate() {
+            assert_eq!(l.push(*s), Some(()));
+            assert_eq!(Some(l), SgList::from_slice(&all[..=i]));
+        }
+        assert_eq!(l.push(all[0]), None);
+        assert_eq!(l.as_slice(), &all[..]);
+    }
 
     #[test]
     fn opcode_fields_read_back_and_read_zero_for_other_opcodes() {

@@ -91,8 +91,10 @@ pub struct Pending {
 }
 
 impl Pending {
-    fn take(&mut self) -> Pending {
-        core::mem::take(self)
+    /// What is pending, if anything, leaving nothing (most sections leave nothing: no move of
+    /// the whole for those).
+    fn take(&mut self) -> Option<Pending> {
+        (!self.is_empty()).then(|| core::mem::take(self))
     }
 
     fn is_empty(&self) -> bool {
@@ -720,10 +722,10 @@ impl QpShared {
     }
 
     /// Reports what the core asked for (no lock held).
-    fn deliver(&self, p: Pending) {
-        if p.is_empty() {
+    fn deliver(&self, p: Option<Pending>) {
+        let Some(p) = p else {
             return;
-        }
+        };
         for (i, kind) in [CqKind::Send, CqKind::Recv].into_iter().enumerate() {
             if p.cq_err[i] {
                 self.cq(kind).error_event();

@@ -292,7 +292,16 @@ impl QpShared {
     /// at it (it then sends ours too): from the CPU that sent the stream's last batch, or from
     /// this one once nothing sent before can be overtaken (see [`crate::net::backlog`]);
     /// otherwise the sending moves to that CPU.
+    #[inline]
     pub(super) fn flush_stream(self: &Arc<Self>, requests: bool) {
+        // Most flushes find nothing queued: no call for those.
+        if !self.stream(requests).queue.is_empty() {
+            self.flush_stream_queued(requests);
+        }
+    }
+
+    /// [`Self::flush_stream`] of a stream that had packets queued at the caller's look.
+    fn flush_stream_queued(self: &Arc<Self>, requests: bool) {
         let s = self.stream(requests);
         loop {
             // Nothing to send: no hand-off either. A context that queues a packet flushes after.

@@ -105,7 +105,8 @@ impl UserRings {
             took,
             ..
         } = self;
-        if let Some(rq) = rq.as_ref() {
+        // Most pulls (each packet's turn at the QP) find both rings empty: no set-up for those.
+        if let Some(rq) = rq.as_ref().filter(|r| !r.is_empty()) {
             // A receive WQE may let the responder send a credit update: it needs the routes.
             let mut out =
                 QpOut::new(qp, true, timers, pending, &[], Some(&paths.routes)).with_rq(Some(rq));
@@ -114,16 +115,24 @@ impl UserRings {
             let need_route = out.need_route;
             paths.need_route |= need_route;
         }
-        if let Some(sq) = sq.as_mut() {
-            // Taking send WQEs sends nothing (`progress` does): no routes needed.
-            let mut out = QpOut::new(qp, true, timers, pending, &[], None).with_rq(rq.as_ref());
-            let mut send = SendPull {
-                sq,
-                elem,
-                inline,
-                blocked: sq_blocked,
-            };
-            *took = pull_send(&mut send, core, qp, paths, &mut out).unwrap_or(Taken::Nothing);
+        match sq.as_mut() {
+            Some(sq) if !sq.is_empty() => {
+                // Taking send WQEs sends nothing (`progress` does): no routes needed.
+                let mut out = QpOut::new(qp, true, timers, pending, &[], None).with_rq(rq.as_ref());
+                let mut send = SendPull {
+                    sq,
+                    elem,
+                    inline,
+                    blocked: sq_blocked,
+                };
+                *took = pull_send(&mut send, core, qp, paths, &mut out).unwrap_or(Taken::Nothing);
+            }
+            // As a take that finds the ring empty ends: unmarked, nothing taken, not blocked.
+            Some(_) => {
+                *sq_blocked = false;
+                *took = Taken::Nothing;
+            }
+            None => {}
         }
     }
 

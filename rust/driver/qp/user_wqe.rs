@@ -48,19 +48,25 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 }
 
 fn sges_at(b: &[u8], off: usize, n: usize) -> Option<SgList> {
-    let mut sges = [Sge::default(); MAX_SGE];
-    for (i, s) in sges.iter_mut().take(n).enumerate() {
+    let mut l = SgList::EMPTY;
+    sges_into(b, off, n, &mut l)?;
+    Some(l)
+}
+
+/// [`sges_at`] appended to `l` where it lies (a list moved is a copy of all its slots).
+fn sges_into(b: &[u8], off: usize, n: usize, l: &mut SgList) -> Option<()> {
+    for i in 0..n {
         let o = off + i * SGE_SIZE;
         if b.len() < o + SGE_SIZE {
             return None;
         }
-        *s = Sge {
+        l.push(Sge {
             addr: u64_at(b, o + sge::ADDR),
             length: u32_at(b, o + sge::LENGTH),
             lkey: u32_at(b, o + sge::LKEY),
-        };
+        })?;
     }
-    SgList::from_slice(&sges[..n])
+    Some(())
 }
 
 /// A parsed send WQE: the work request, and for inline sends the inline bytes' range within
@@ -179,7 +185,7 @@ pub(crate) fn parse_send(
     if n > max_sge.min(MAX_SGE) {
         return Err((wr_id, WqeError::Length));
     }
-    wr.sg = sges_at(e, SEND_WQE_HEADER, n).ok_or((wr_id, WqeError::Length))?;
+    sges_into(e, SEND_WQE_HEADER, n, &mut wr.sg).ok_or((wr_id, WqeError::Length))?;
     if wr.sg.total_len().is_none() {
         return Err((wr_id, WqeError::Length));
     }
