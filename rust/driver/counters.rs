@@ -8,7 +8,7 @@ use crate::ib::{
     device::Device,
     stats::{PmaCounters, StatDesc, StatsVerbs},
 };
-use crate::rvcore::qp::QpCounters;
+use crate::rvcore::qp::{QpCounters, QpCountersView};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
@@ -176,7 +176,7 @@ macro_rules! mirrored {
         /// The sum of the core counters [`Counters::fold`] adds to the device's. Each of them only
         /// grows, so the sum moves exactly when one of them does: a QP compares it alone after
         /// each locked section, and folds (two dozen comparisons) only when it moved.
-        pub fn folded_total(c: &QpCounters) -> u64 {
+        pub fn folded_total(c: &QpCountersView<'_>) -> u64 {
             0u64$(.wrapping_add(c.$($f).+))*
         }
 

@@ -604,17 +604,16 @@ where
         }
     }
 
-    /// Writes the CQE of send WQE `s` finished with `status` when one is due (always for an
-    /// error, for a success only if signaled); a full send CQ freezes the SQ Logic (class G).
-    fn write_cqe<O: Outputs>(
-        &mut self,
-        s: &SendSlot,
-        status: WcStatus,
-        qpn: u32,
-        out: &mut O,
-    ) -> SqOutcome {
-        if status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED) {
-            let wc = Self::make_wc(s, status, qpn);
+    /// The CQE due for send WQE `s` finished with `status`: always for an error, for a
+    /// success only if signaled.
+    fn cqe_due(s: &SendSlot, status: WcStatus, qpn: u32) -> Option<Completion> {
+        (status != WcStatus::Success || s.wr.flags.has(SendFlags::SIGNALED))
+            .then(|| Self::make_wc(s, status, qpn))
+    }
+
+    /// Writes `wc` to the send CQ; a full one freezes the SQ Logic (class G).
+    fn write_cqe<O: Outputs>(&mut self, wc: Option<Completion>, out: &mut O) -> SqOutcome {
+        if let Some(wc) = wc {
             if out.complete(CqKind::Send, &wc).is_err() {
                 self.frozen = true;
                 return SqOutcome::CqOverflow;
@@ -630,14 +629,16 @@ where
         }
         let mut outcome = SqOutcome::Ok;
         while self.head != self.tail {
-            let Some(s) = self.slot(self.head).copied() else {
+            // Borrowed, not copied: only the CQE outlives the look.
+            let Some(s) = self.slot(self.head) else {
                 break;
             };
             if !s.done {
                 break;
             }
             let status = status_from_u32(s.status);
-            if self.write_cqe(&s, status, qpn, out) == SqOutcome::CqOverflow {
+            let wc = Self::cqe_due(s, status, qpn);
+            if self.write_cqe(wc, out) == SqOutcome::CqOverflow {
                 return SqOutcome::CqOverflow;
             }
             if status != WcStatus::Success {
@@ -658,7 +659,7 @@ where
             return SqOutcome::CqOverflow;
         }
         while self.head != self.tail {
-            let Some(s) = self.slot(self.head).copied() else {
+            let Some(s) = self.slot(self.head) else {
                 break;
             };
             let status = if s.done {
@@ -666,7 +667,8 @@ where
             } else {
                 WcStatus::WrFlushErr
             };
-            if self.write_cqe(&s, status, qpn, out) == SqOutcome::CqOverflow {
+            let wc = Self::cqe_due(s, status, qpn);
+            if self.write_cqe(wc, out) == SqOutcome::CqOverflow {
                 return SqOutcome::CqOverflow;
             }
             self.head = self.head.wrapping_add(1);

@@ -126,13 +126,15 @@ pub enum QpModifyError {
     BadValue(AttrMask),
 }
 
-/// Both halves' counters.
+/// Both halves' counters. `S` and `R` hold the SQ and RQ Logics' counters: copies of them, as
+/// [`Qp::counters`] returns; references, as [`Qp::counters_view`] lends them; nothing, for the
+/// counters the QP keeps itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpCounters {
+pub struct QpCounters<S = SqCounters, R = RqCounters> {
     /// SQ Logic counters.
-    pub sq: SqCounters,
+    pub sq: S,
     /// RQ Logic counters.
-    pub rq: RqCounters,
+    pub rq: R,
     /// Inbound packets dropped before the transport (state, header or path checks; P_Key
     /// mismatches are counted in `pkey_violations` only).
     pub dropped: u64,
@@ -151,6 +153,27 @@ pub struct QpCounters {
     pub port_failovers: u64,
 }
 
+/// [`QpCounters`] with the SQ and RQ Logics' counters borrowed where they are kept: a caller
+/// that sums some of them after every call reads only those.
+pub type QpCountersView<'a> = QpCounters<&'a SqCounters, &'a RqCounters>;
+
+impl<S, R> QpCounters<S, R> {
+    /// The same counters with `sq` and `rq` as the SQ and RQ Logics'.
+    pub fn with_logics<S2, R2>(&self, sq: S2, rq: R2) -> QpCounters<S2, R2> {
+        QpCounters {
+            sq,
+            rq,
+            dropped: self.dropped,
+            pkey_violations: self.pkey_violations,
+            qkey_violations: self.qkey_violations,
+            migrations: self.migrations,
+            mig_errors: self.mig_errors,
+            auto_rearms: self.auto_rearms,
+            port_failovers: self.port_failovers,
+        }
+    }
+}
+
 /// Default number of packets `progress` sends per call when the caller has no budget in mind.
 pub const DEFAULT_BUDGET: usize = 64;
 
@@ -163,18 +186,13 @@ pub struct Qp<S, R, G, D> {
     sq: SqLogic<S, G, D>,
     rq: RqLogic<R, G>,
     attrs: QpAttrs,
-    dropped: u64,
-    pkey_violations: u64,
-    qkey_violations: u64,
-    migrations: u64,
-    mig_errors: u64,
+    /// The counters the QP keeps itself (the logics keep theirs).
+    own: QpCounters<(), ()>,
     /// PATH_MIG_ERR was raised since the QP last armed or migrated (reported once, see
     /// `receive`).
     mig_err_reported: bool,
     /// The bonding policy: which of the device's two ports are up (`None`: the policy is off).
     bonding: Option<[bool; 2]>,
-    auto_rearms: u64,
-    port_failovers: u64,
 }
 
 /// Whether port `port` (1-based) is up in `up`.
@@ -227,15 +245,9 @@ where
             sq: sql,
             rq: rql,
             attrs: QpAttrs::default(),
-            dropped: 0,
-            pkey_violations: 0,
-            qkey_violations: 0,
-            migrations: 0,
-            mig_errors: 0,
+            own: QpCounters::default(),
             mig_err_reported: false,
             bonding: None,
-            auto_rearms: 0,
-            port_failovers: 0,
         })
     }
 
@@ -256,17 +268,13 @@ where
 
     /// Counters.
     pub fn counters(&self) -> QpCounters {
-        QpCounters {
-            sq: *self.sq.counters(),
-            rq: *self.rq.counters(),
-            dropped: self.dropped,
-            pkey_violations: self.pkey_violations,
-            qkey_violations: self.qkey_violations,
-            migrations: self.migrations,
-            mig_errors: self.mig_errors,
-            auto_rearms: self.auto_rearms,
-            port_failovers: self.port_failovers,
-        }
+        self.own
+            .with_logics(*self.sq.counters(), *self.rq.counters())
+    }
+
+    /// The counters without a copy of the logics' (see [`QpCountersView`]).
+    pub fn counters_view(&self) -> QpCountersView<'_> {
+        self.own.with_logics(self.sq.counters(), self.rq.counters())
     }
 
     /// The SQ Logic (read-only view, for tests and the shell's debugfs).
@@ -471,7 +479,7 @@ where
                 .is_some_and(|a| up_port(&up, a.port_num))
         {
             if let Some(m) = self.apm.on_port_down() {
-                self.port_failovers = self.port_failovers.wrapping_add(1);
+                self.own.port_failovers = self.own.port_failovers.wrapping_add(1);
                 self.on_migration(&m, out);
                 self.announce(out);
             }
@@ -483,7 +491,7 @@ where
                 ..primary
             };
             if self.apm.auto_rearm(&alt) {
-                self.auto_rearms = self.auto_rearms.wrapping_add(1);
+                self.own.auto_rearms = self.own.auto_rearms.wrapping_add(1);
                 self.mig_err_reported = false;
                 // The peer arms on our MigReq=0: an idle connection must not wait for traffic,
                 // or a port failure before the first message would find it unarmed.
@@ -589,7 +597,7 @@ where
     }
 
     fn on_migration<O: Outputs>(&mut self, m: &Migration, out: &mut O) {
-        self.migrations = self.migrations.wrapping_add(1);
+        self.own.migrations = self.own.migrations.wrapping_add(1);
         self.mig_err_reported = false;
         self.sq.config_mut().timeout = self.apm.primary().timeout;
         out.async_event(AsyncEvent::PathMig, None);
@@ -758,7 +766,7 @@ where
             if self.create.qp_type.is_datagram()
                 && h.deth.is_some_and(|d| d.qkey != self.attrs.qkey)
             {
-                self.qkey_violations = self.qkey_violations.wrapping_add(1);
+                self.own.qkey_violations = self.own.qkey_violations.wrapping_add(1);
             }
             let ctx = self.rx_ctx(&path, arrived_on);
             let o = self.rq.on_request(h, payload, &ctx, mem, out);
@@ -818,11 +826,11 @@ where
         if ok_hdr && !pkey_matches(pkey, self.attrs.pkey) {
             // A packet of another partition: dropped without a word (no NAK), nothing else
             // changes.
-            self.pkey_violations = self.pkey_violations.wrapping_add(1);
+            self.own.pkey_violations = self.own.pkey_violations.wrapping_add(1);
             return false;
         }
         if !ok_hdr || !ok_state {
-            self.dropped = self.dropped.wrapping_add(1);
+            self.own.dropped = self.own.dropped.wrapping_add(1);
             return false;
         }
         let apm_verdict = if self.create.qp_type.is_datagram() {
@@ -841,8 +849,8 @@ where
                 // arming or migration and count the rest: a peer retransmitting a bad request
                 // (or a hostile one) would otherwise queue one event per packet, without
                 // bound, in the owner's event queue.
-                self.dropped = self.dropped.wrapping_add(1);
-                self.mig_errors = self.mig_errors.wrapping_add(1);
+                self.own.dropped = self.own.dropped.wrapping_add(1);
+                self.own.mig_errors = self.own.mig_errors.wrapping_add(1);
                 if !self.mig_err_reported {
                     self.mig_err_reported = true;
                     out.async_event(AsyncEvent::PathMigErr, None);
@@ -850,7 +858,7 @@ where
                 return false;
             }
             RxVerdict::Drop => {
-                self.dropped = self.dropped.wrapping_add(1);
+                self.own.dropped = self.own.dropped.wrapping_add(1);
                 return false;
             }
         }

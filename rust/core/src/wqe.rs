@@ -18,8 +18,10 @@ pub struct Sge {
     pub lkey: u32,
 }
 
-/// A fixed-capacity scatter/gather list (at most [`MAX_SGE`] elements).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A fixed-capacity scatter/gather list (at most [`MAX_SGE`] elements). Only the elements in
+/// use count: those past them are never read, and two lists are equal when their elements in
+/// use are.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct SgList {
     sges: [Sge; MAX_SGE],
     num: u8,
@@ -57,6 +59,11 @@ impl SgList {
         Some(())
     }
 
+    /// Empties the list (a list reused for the next WR: the elements are left as they are).
+    pub fn clear(&mut self) {
+        self.num = 0;
+    }
+
     /// The elements in use.
     pub fn as_slice(&self) -> &[Sge] {
         let n = (self.num as usize).min(MAX_SGE);
@@ -68,6 +75,14 @@ impl SgList {
         total_len(self.as_slice())
     }
 }
+
+impl PartialEq for SgList {
+    fn eq(&self, other: &SgList) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for SgList {}
 
 /// Total byte length of a scatter/gather list, `None` if it does not fit in 32 bits (a malformed
 /// WQE).
@@ -314,6 +329,21 @@ impl SendWr {
         }
     }
 
+    /// Makes this WR what [`SendWr::new`] returns, without writing the unused elements of its
+    /// list: a WR reused for each WQE taken from a ring costs no zeroed list.
+    pub fn reset(&mut self, wr_id: u64, opcode: SendOpcode) {
+        self.wr_id = wr_id;
+        self.opcode = opcode;
+        self.flags = SendFlags(SendFlags::SIGNALED);
+        self.sg.clear();
+        self.imm = 0;
+        self.invalidate_rkey = 0;
+        self.remote_addr = 0;
+        self.rkey = 0;
+        self.extra = WrExtra::None;
+        self.ud = UdDest::EMPTY;
+    }
+
     /// The WR as a send queue slot keeps it (the list's length in place of the list, without
     /// the datagram destination), and the list.
     pub fn split(&self) -> (SendWr<u8, ()>, &[Sge]) {
@@ -491,6 +521,43 @@ impl Default for SendSlot {
 mod tests {
     use super::*;
     use crate::apm::PathInfo;
+
+    #[test]
+    fn reset_wr_equals_a_new_one_and_reads_no_stale_element() {
+        let mut wr = SendWr::new(9, SendOpcode::AtomicCmpAndSwp);
+        wr.flags = SendFlags(SendFlags::INLINE);
+        for i in 0..MAX_SGE as u32 {
+            wr.sg
+                .push(Sge {
+                    addr: 1,
+                    length: i + 1,
+                    lkey: 2,
+                })
+                .unwrap();
+        }
+        wr.imm = 1;
+        wr.invalidate_rkey = 2;
+        wr.remote_addr = 3;
+        wr.rkey = 4;
+        wr.extra = WrExtra::Atomic {
+            compare_add: 5,
+            swap: 6,
+        };
+        wr.set_ud_dest(7, 8);
+        wr.reset(1, SendOpcode::RdmaRead);
+        assert_eq!(wr, SendWr::new(1, SendOpcode::RdmaRead));
+        assert!(wr.sg.as_slice().is_empty());
+        assert_eq!(wr.sg.total_len(), Some(0));
+        let s = Sge {
+            addr: 10,
+            length: 11,
+            lkey: 12,
+        };
+        wr.sg.push(s).unwrap();
+        assert_eq!(wr.sg.as_slice(), &[s]);
+        assert_eq!(wr.sg, SgList::from_slice(&[s]).unwrap());
+        assert_eq!(wr.split().1, &[s]);
+    }
 
     #[test]
     fn sg_list_push_appends_up_to_max_sge_as_from_slice_builds() {

@@ -640,10 +640,11 @@ impl QpShared {
         inner
             .user
             .schedule_poll(&inner.core, &mut inner.timers, now);
-        let now_c = inner.core.counters();
-        let total = folded_total(&now_c);
+        // Summed where they are kept; copied only when they moved.
+        let total = folded_total(&inner.core.counters_view());
         if total != inner.last_total {
             inner.last_total = total;
+            let now_c = inner.core.counters();
             self.dev.counters.fold(&now_c, &mut inner.last_counters);
         }
         inner.timers.rearm(self, now);

@@ -16,7 +16,7 @@ use crate::rvcore::events::{Completion, CqKind, Outputs, WcOpcode, WcStatus};
 use crate::rvcore::qp::QpAttrs;
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::requester::{PostError, CREDIT_PROBE_MAX_NS};
-use crate::rvcore::wqe::{SendFlags, SgList};
+use crate::rvcore::wqe::{SendFlags, SendOpcode, SendWr};
 use crate::sync::clock::now_ns;
 use kernel::prelude::*;
 
@@ -41,6 +41,8 @@ pub(crate) struct UserRings {
     pub(crate) rq: Option<Ring>,
     /// Scratch for one ring element.
     elem: KVec<u8>,
+    /// The work request of the send WQE being taken, reused from one to the next.
+    wr: SendWr,
     /// Inline data of outstanding sends: one place of `max_inline` bytes per send slot of the
     /// core, named by [`crate::driver::mr_table::INLINE_LKEY`] SGEs.
     pub(crate) inline: KVec<u8>,
@@ -76,6 +78,7 @@ impl UserRings {
             sq,
             rq,
             elem: KVec::from_elem(0u8, elem_len, GFP_KERNEL)?,
+            wr: SendWr::new(0, SendOpcode::Send),
             inline: KVec::from_elem(0u8, sq_slots as usize * max_inline, GFP_KERNEL)?,
             sq_blocked: false,
             poll_period: 0,
@@ -100,6 +103,7 @@ impl UserRings {
             sq,
             rq,
             elem,
+            wr,
             inline,
             sq_blocked,
             took,
@@ -122,6 +126,7 @@ impl UserRings {
                 let mut send = SendPull {
                     sq,
                     elem,
+                    wr,
                     inline,
                     blocked: sq_blocked,
                 };
@@ -235,6 +240,7 @@ fn pull_recv(
 struct SendPull<'a> {
     sq: &'a mut Ring,
     elem: &'a mut KVec<u8>,
+    wr: &'a mut SendWr,
     inline: &'a mut KVec<u8>,
     blocked: &'a mut bool,
 }
@@ -285,6 +291,7 @@ fn take_send(
     let mut taken = Taken::Nothing;
     let sq = &mut *rings.sq;
     let elem = &mut *rings.elem;
+    let wr = &mut *rings.wr;
     let inline_area = &mut rings.inline[..];
     let datagram = matches!(qp.qp_type, IbQpType::Ud | IbQpType::Gsi);
     *rings.blocked = false;
@@ -306,27 +313,27 @@ fn take_send(
         if mark {
             sq.begin_take();
         }
-        match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline, datagram) {
-            Ok(mut us) => {
-                if datagram && !us.wr.opcode.is_local() {
+        match user_wqe::parse_send(e, qp.max_send_sge, qp.max_inline, datagram, wr) {
+            Ok(us) => {
+                if datagram && !wr.opcode.is_local() {
                     // The destination is a user AH of the QP's PD, named by number.
                     match qp.dev.ah(us.ah_num) {
                         Some(ah) if ah.pd_id == qp.pd_id => {
-                            us.wr.set_ud_path(ah.path);
+                            wr.set_ud_path(ah.path);
                             if !paths.has_route(&ah.path) {
                                 paths.want(&ah.path);
                                 break;
                             }
                         }
                         _ => {
-                            bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out);
+                            bad_wqe(core, wr.wr_id, CqKind::Send, WcOpcode::Send, out);
                             sq.advance_consumer();
                             continue;
                         }
                     }
                 }
                 if qp.sig_all {
-                    us.wr.flags.0 |= SendFlags::SIGNALED;
+                    wr.flags.0 |= SendFlags::SIGNALED;
                 }
                 if let Some(len) = us.inline_len {
                     let src = e.get(user_wqe::SEND_WQE_HEADER..user_wqe::SEND_WQE_HEADER + len);
@@ -340,15 +347,16 @@ fn take_send(
                     // The parse bounds the length by the element and `max_inline`.
                     let sge = kernel_inline::stage(Some(slot), inline_area, qp.max_inline, copy);
                     let Ok(Some(sge)) = sge else {
-                        bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out);
+                        bad_wqe(core, wr.wr_id, CqKind::Send, WcOpcode::Send, out);
                         sq.advance_consumer();
                         continue;
                     };
-                    us.wr.sg = SgList::from_slice(&[sge]).unwrap_or(SgList::EMPTY);
+                    wr.sg.clear();
+                    let _ = wr.sg.push(sge);
                 }
-                let rd_atomic = us.wr.opcode.is_read_or_atomic();
-                let signaled = us.wr.flags.0 & SendFlags::SIGNALED != 0;
-                match core.post_send(&us.wr, out) {
+                let rd_atomic = wr.opcode.is_read_or_atomic();
+                let signaled = wr.flags.0 & SendFlags::SIGNALED != 0;
+                match core.post_send(&*wr, out) {
                     Ok(()) => {
                         taken = match taken {
                             Taken::Nothing if rd_atomic => Taken::RdAtomic { signaled },
@@ -364,7 +372,7 @@ fn take_send(
                         break;
                     }
                     Err(PostError::InvalidWr) => {
-                        bad_wqe(core, us.wr.wr_id, CqKind::Send, WcOpcode::Send, out)
+                        bad_wqe(core, wr.wr_id, CqKind::Send, WcOpcode::Send, out)
                     }
                 }
             }

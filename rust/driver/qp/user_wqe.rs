@@ -69,24 +69,25 @@ fn sges_into(b: &[u8], off: usize, n: usize, l: &mut SgList) -> Option<()> {
     Some(())
 }
 
-/// A parsed send WQE: the work request, and for inline sends the inline bytes' range within
-/// the copied element (the shell moves them into the QP's inline area).
+/// What a parsed send WQE holds besides its work request: for inline sends the inline bytes'
+/// range within the copied element (the shell moves them into the QP's inline area).
 pub(crate) struct UserSend {
-    /// The work request (inline WRs get their SGE from the shell).
-    pub wr: SendWr,
     /// `Some(len)`: `len` inline bytes start at [`SEND_WQE_HEADER`] in the element.
     pub inline_len: Option<usize>,
     /// The AH number of a datagram send (the shell resolves it into the WR's path).
     pub ah_num: u32,
 }
 
-/// Parses a copied `rxe_send_wqe`. `max_sge` and `max_inline` are the QP's granted limits;
-/// `datagram`: the QP is UD, and the WQE names its destination.
+/// Parses a copied `rxe_send_wqe` into `wr` (reused from WQE to WQE: a ring's take builds each
+/// work request where the core reads it; inline WRs get their SGE from the shell). `max_sge`
+/// and `max_inline` are the QP's granted limits; `datagram`: the QP is UD, and the WQE names its
+/// destination.
 pub(crate) fn parse_send(
     e: &[u8],
     max_sge: usize,
     max_inline: usize,
     datagram: bool,
+    wr: &mut SendWr,
 ) -> Result<UserSend, (u64, WqeError)> {
     let wr_id = u64_at(e, send_wqe::WR_ID);
     let opcode =
@@ -96,7 +97,7 @@ pub(crate) fn parse_send(
         return Err((wr_id, WqeError::Opcode));
     }
     let flags = u32_at(e, send_wqe::SEND_FLAGS);
-    let mut wr = SendWr::new(wr_id, opcode);
+    wr.reset(wr_id, opcode);
     wr.flags = SendFlags(flags);
     let ex = u32_at(e, send_wqe::EX);
     match opcode {
@@ -126,7 +127,6 @@ pub(crate) fn parse_send(
             .ok_or((wr_id, WqeError::Length))?;
         wr.extra = WrExtra::AtomicWrite(v.try_into().map_err(|_| (wr_id, WqeError::Length))?);
         return Ok(UserSend {
-            wr,
             inline_len: None,
             ah_num: 0,
         });
@@ -142,7 +142,6 @@ pub(crate) fn parse_send(
             access: u32_at(e, send_wqe::MW_ACCESS),
         });
         return Ok(UserSend {
-            wr,
             inline_len: None,
             ah_num: 0,
         });
@@ -156,7 +155,6 @@ pub(crate) fn parse_send(
             selectivity: e.get(send_wqe::FLUSH_LEVEL).copied().unwrap_or(0),
         });
         return Ok(UserSend {
-            wr,
             inline_len: None,
             ah_num: 0,
         });
@@ -176,7 +174,6 @@ pub(crate) fn parse_send(
             return Err((wr_id, WqeError::Length));
         }
         return Ok(UserSend {
-            wr,
             inline_len: Some(len),
             ah_num,
         });
@@ -190,7 +187,6 @@ pub(crate) fn parse_send(
         return Err((wr_id, WqeError::Length));
     }
     Ok(UserSend {
-        wr,
         inline_len: None,
         ah_num,
     })
