@@ -39,7 +39,7 @@ impl<'a> Payload<'a> {
 /// is the QP's own ([`QpMemory`]); a [`RxPayload::Held`] payload is copied from the skb.
 pub(crate) struct HeldPayload<'m, 'a, 'h> {
     /// The QP's memory.
-    pub(crate) mem: &'m mut QpMemory<'a>,
+    pub(crate) mem: &'m QpMemory<'a>,
     /// The payload the core hands back as [`RxPayload::Held`].
     pub(crate) held: SkbBytes<'h>,
 }

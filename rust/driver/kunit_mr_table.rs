@@ -139,8 +139,8 @@ mod tests {
             mr_handle: u64::from(mr.index()),
         };
         let inline = [0u8; 16];
-        let mut other_pd = QpMemory::new(&table, 8, 1, &inline);
-        let mut mem = QpMemory::new(&table, 7, 1, &inline);
+        let mut other_pd = &QpMemory::new(&table, 8, 1, &inline);
+        let mut mem = &QpMemory::new(&table, 7, 1, &inline);
         // Free: unusable.
         assert_eq!(mem.check_remote(old, 0, 0, 0), Err(MemError::BadKey));
         assert_eq!(other_pd.fast_register(&params), Err(MemError::OpFailed));
@@ -216,7 +216,7 @@ mod tests {
         let a = bindable_mr(&table)?;
         let b = bindable_mr(&table)?;
         let inline = [0u8; 16];
-        let mut mem = QpMemory::new(&table, 7, 1, &inline);
+        let mut mem = &QpMemory::new(&table, 7, 1, &inline);
         let sge = |lkey| Sge {
             addr: 0x1000,
             length: 0x10,
@@ -255,7 +255,7 @@ mod tests {
             mr_handle: u64::from(f.index()),
         };
         let read =
-            |mem: &mut QpMemory<'_>, key| mem.check_remote(key, 0x5000, 0, ACCESS_REMOTE_READ);
+            |mem: &mut &QpMemory<'_>, key| mem.check_remote(key, 0x5000, 0, ACCESS_REMOTE_READ);
         assert_eq!(mem.fast_register(&reg(k1)), Ok(()));
         assert_eq!(read(&mut mem, k1), Ok(()));
         assert_eq!(mem.local_invalidate(k1), Ok(()));
@@ -283,8 +283,8 @@ mod tests {
         assert!(table.lookup(key).is_none() && table.get(mw.index()).is_none());
         assert!(table.get_mw(mr.index()).is_none());
         let inline = [0u8; 16];
-        let mut mem = QpMemory::new(&table, 7, 0x11, &inline);
-        let mut other_qp = QpMemory::new(&table, 7, 0x12, &inline);
+        let mut mem = &QpMemory::new(&table, 7, 0x11, &inline);
+        let mut other_qp = &QpMemory::new(&table, 7, 0x12, &inline);
         let bind = BindMwParams {
             mw_rkey: key,
             rkey: (key & !0xff) | ((key + 1) & 0xff),
@@ -353,7 +353,7 @@ mod tests {
         let w2 = window(&table, MwType::Type2)?;
         let w1 = window(&table, MwType::Type1)?;
         let inline = [0u8; 16];
-        let mut mem = QpMemory::new(&table, 7, 0x11, &inline);
+        let mut mem = &QpMemory::new(&table, 7, 0x11, &inline);
         let bind = |key: u32| BindMwParams {
             mw_rkey: key,
             rkey: key,
@@ -391,7 +391,7 @@ mod tests {
     fn inline_area() -> Result {
         let table = Arc::pin_init(MrTable::new(), GFP_KERNEL)?;
         let inline = [1u8, 2, 3, 4, 5, 6, 7, 8];
-        let mut mem = QpMemory::new(&table, 1, 1, &inline);
+        let mut mem = &QpMemory::new(&table, 1, 1, &inline);
         let sg = |addr, length| Sge {
             addr,
             length,

@@ -764,6 +764,13 @@ impl<'a> QpMemory<'a> {
         self.fault.take()
     }
 
+    /// Puts back `f`, a fault [`QpMemory::take_fault`] took (nothing for `None`).
+    pub fn put_fault(&self, f: Option<OdpFault>) {
+        if f.is_some() {
+            self.fault.set(f);
+        }
+    }
+
     /// Passes `r` on; a [`MemError::NotPresent`] records `[pos, pos + len)` of `mr` under its
     /// own key (an access through a window faults its MR in), or, for a range whose fault-in
     /// failed, becomes an access error.
@@ -995,7 +1002,7 @@ impl<'a> QpMemory<'a> {
 impl QpMemory<'_> {
     /// [`Memory::scatter`] of bytes from any source (a payload held in an skb's fragments).
     pub fn scatter_from(
-        &mut self,
+        &self,
         sges: &[Sge],
         offset: u32,
         data: &(impl CopySrc + ?Sized),
@@ -1017,7 +1024,7 @@ impl QpMemory<'_> {
 
     /// [`Memory::remote_write`] of bytes from any source.
     pub fn remote_write_from(
-        &mut self,
+        &self,
         rkey: u32,
         va: u64,
         data: &(impl CopySrc + ?Sized),
@@ -1029,7 +1036,9 @@ impl QpMemory<'_> {
     }
 }
 
-impl Memory for QpMemory<'_> {
+// On a shared reference: the locked section's packets are built (`QpOut`) from the memory the
+// core's accesses go through, so the MR a request resolved is the one its response reads.
+impl Memory for &QpMemory<'_> {
     fn check_local(&mut self, sges: &[Sge], access: u32) -> Result<(), MemError> {
         for s in sges.iter().filter(|s| s.length > 0) {
             if s.lkey == INLINE_LKEY {

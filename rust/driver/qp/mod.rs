@@ -504,6 +504,11 @@ impl QpShared {
         }
     }
 
+    /// The memory this QP may reach, with `inline` as its inline area, for one locked section.
+    pub(super) fn memory<'a>(&'a self, inline: &'a [u8]) -> QpMemory<'a> {
+        QpMemory::new(&self.dev.mrs, self.pd_id, self.qpn, inline)
+    }
+
     /// The part of [`Self::drive`] under the QP lock. Returns whether more work remains and
     /// whether a route must be looked up outside the lock.
     fn locked(self: &Arc<Self>, inner: &mut QpInner, now: u64, entry: Entry<'_>) -> (bool, bool) {
@@ -530,17 +535,9 @@ impl QpShared {
         } else {
             None
         };
-        let mut mem = QpMemory::new(&self.dev.mrs, self.pd_id, self.qpn, &user.inline[..])
-            .with_failed(failed);
-        let mut out = QpOut::new(
-            self,
-            true,
-            timers,
-            pending,
-            &user.inline[..],
-            Some(&paths.routes),
-        )
-        .with_rq(user.rq.as_ref());
+        let mem = self.memory(&user.inline[..]).with_failed(failed);
+        let mut out = QpOut::new(self, true, timers, pending, &mem, Some(&paths.routes))
+            .with_rq(user.rq.as_ref());
         // Packets that waited for on-demand-paging memory go first, in order (the work item
         // faulted the memory in just before).
         if matches!(entry, Entry::Work) && odp.fault.is_none() {
@@ -549,7 +546,7 @@ impl QpShared {
                     break;
                 };
                 let payload = Payload::Bytes(&p.payload);
-                self.take_packet(core, &p.h, payload, &p.pm, &mut mem, &mut out, now);
+                self.take_packet(core, &p.h, payload, &p.pm, &mem, &mut out, now);
                 if let Some(f) = mem.take_fault() {
                     odp.fault = Some(f);
                     // Back to the front: it keeps its place. The slot it left is free.
@@ -563,7 +560,7 @@ impl QpShared {
             for p in batch {
                 if let Some(c) = &p.checked {
                     let payload = Payload::of(&p.skb, c.payload.clone());
-                    self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
+                    self.inbound(core, odp, &c.h, payload, &c.pm, &mem, &mut out, now);
                 }
             }
             self.rx_handed_in(batch.len());
@@ -591,7 +588,7 @@ impl QpShared {
             super::receive::queued(&self.dev, &mut skb, &mut checked);
             if let Some(c) = &checked {
                 let payload = Payload::of(&skb, c.payload.clone());
-                self.inbound(core, odp, &c.h, payload, &c.pm, &mut mem, &mut out, now);
+                self.inbound(core, odp, &c.h, payload, &c.pm, &mem, &mut out, now);
             }
             self.rx_done(skb);
         }
@@ -603,7 +600,7 @@ impl QpShared {
         }
         match entry {
             Entry::Packet(h, payload, pm) => {
-                self.inbound(core, odp, h, payload, pm, &mut mem, &mut out, now)
+                self.inbound(core, odp, h, payload, pm, &mem, &mut out, now)
             }
             Entry::Ports => core.set_bonding(self.dev.bonding_ports(), &mut out),
             Entry::Modify(a, m, res) => {
@@ -625,7 +622,7 @@ impl QpShared {
             | Entry::RxQueue(_)
             | Entry::RxBatch(_) => {}
         }
-        let sent = core.progress(now, WORK_BUDGET, &mut mem, &mut out);
+        let sent = core.progress(now, WORK_BUDGET, &mut &mem, &mut out);
         // A WQE whose memory is not resident was not started; a payload that vanished since
         // left its packet unbuilt (resent on the timer): fault either in from the work item.
         if let Some(f) = mem.take_fault().or(out.odp_fault) {
@@ -664,7 +661,7 @@ impl QpShared {
         h: &Headers,
         payload: Payload<'_>,
         pm: &PathMatch,
-        mem: &mut QpMemory<'_>,
+        mem: &QpMemory<'_>,
         out: &mut QpOut<'_>,
         now: u64,
     ) {
@@ -695,7 +692,7 @@ impl QpShared {
         h: &Headers,
         payload: Payload<'_>,
         pm: &PathMatch,
-        mem: &mut QpMemory<'_>,
+        mem: &QpMemory<'_>,
         out: &mut QpOut<'_>,
         now: u64,
     ) {
@@ -712,7 +709,7 @@ impl QpShared {
             }
         }
         match payload {
-            Payload::Bytes(b) => core.receive(now, h, RxPayload::Bytes(b), pm, mem, out),
+            Payload::Bytes(b) => core.receive(now, h, RxPayload::Bytes(b), pm, &mut &*mem, out),
             Payload::InSkb(held) => {
                 Counters::inc(&self.dev.counters.rx_paged_pkts);
                 let n = CopySrc::len(&held);

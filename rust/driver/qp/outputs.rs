@@ -26,9 +26,10 @@ pub(crate) struct QpOut<'a> {
     can_send: bool,
     timers: &'a mut QpTimers,
     pending: &'a mut Pending,
-    /// The memory packets' payloads are gathered from (the QP's MRs and its inline area `inline`
-    /// of [`QpOut::new`]), one for every packet the section builds.
-    mem: QpMemory<'a>,
+    /// The memory packets' payloads are gathered from (the QP's MRs and its inline area): the
+    /// one the core's accesses of the same section go through, so that a response reads the MR
+    /// its request resolved without looking it up again.
+    mem: &'a QpMemory<'a>,
     /// Routes by path; `None` where the caller cannot transmit.
     routes: Option<&'a RouteCache>,
     /// Set when a packet was dropped for want of a route, which only a lookup outside the lock
@@ -49,7 +50,7 @@ impl<'a> QpOut<'a> {
         can_send: bool,
         timers: &'a mut QpTimers,
         pending: &'a mut Pending,
-        inline: &'a [u8],
+        mem: &'a QpMemory<'a>,
         routes: Option<&'a RouteCache>,
     ) -> Self {
         Self {
@@ -57,7 +58,7 @@ impl<'a> QpOut<'a> {
             can_send,
             timers,
             pending,
-            mem: QpMemory::new(&qp.dev.mrs, qp.pd_id, qp.qpn, inline),
+            mem,
             routes,
             need_route: false,
             missing_route: None,
@@ -102,15 +103,19 @@ impl Outputs for QpOut<'_> {
             Counters::inc(&counters.tx_port_down);
             return;
         }
+        // `mem` is the section's: a fault the core's access recorded stays there, apart from
+        // this packet's (`odp_fault`).
+        let earlier = self.mem.take_fault();
         let (built, need_route) = transmit::build(
             self.qp,
             routes,
-            &self.mem,
+            self.mem,
             path,
             headers,
             payload,
             &mut self.odp_fault,
         );
+        self.mem.put_fault(earlier);
         if need_route {
             // A datagram's destination is its own; a connected QP's is one of its paths.
             if headers.deth.is_some() {

@@ -112,8 +112,9 @@ impl UserRings {
         // Most pulls (each packet's turn at the QP) find both rings empty: no set-up for those.
         if let Some(rq) = rq.as_ref().filter(|r| !r.is_empty()) {
             // A receive WQE may let the responder send a credit update: it needs the routes.
+            let mem = qp.memory(&[]);
             let mut out =
-                QpOut::new(qp, true, timers, pending, &[], Some(&paths.routes)).with_rq(Some(rq));
+                QpOut::new(qp, true, timers, pending, &mem, Some(&paths.routes)).with_rq(Some(rq));
             pull_recv(core, rq, elem, qp.max_recv_sge, &mut out);
             // An update built for a path without a route yet: the work item looks it up.
             let need_route = out.need_route;
@@ -122,7 +123,9 @@ impl UserRings {
         match sq.as_mut() {
             Some(sq) if !sq.is_empty() => {
                 // Taking send WQEs sends nothing (`progress` does): no routes needed.
-                let mut out = QpOut::new(qp, true, timers, pending, &[], None).with_rq(rq.as_ref());
+                let mem = qp.memory(&[]);
+                let mut out =
+                    QpOut::new(qp, true, timers, pending, &mem, None).with_rq(rq.as_ref());
                 let mut send = SendPull {
                     sq,
                     elem,

@@ -57,12 +57,13 @@ impl QpShared {
         let res = {
             let mut g = self.inner.lock();
             let inner = &mut *g;
+            let mem = self.memory(&[]);
             let mut out = QpOut::new(
                 self,
                 true,
                 &mut inner.timers,
                 &mut inner.pending,
-                &[],
+                &mem,
                 Some(&inner.paths.routes),
             );
             let res = post(
