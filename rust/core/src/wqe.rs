@@ -332,16 +332,30 @@ impl SendWr {
     /// Makes this WR what [`SendWr::new`] returns, without writing the unused elements of its
     /// list: a WR reused for each WQE taken from a ring costs no zeroed list.
     pub fn reset(&mut self, wr_id: u64, opcode: SendOpcode) {
-        self.wr_id = wr_id;
-        self.opcode = opcode;
-        self.flags = SendFlags(SendFlags::SIGNALED);
-        self.sg.clear();
-        self.imm = 0;
-        self.invalidate_rkey = 0;
-        self.remote_addr = 0;
-        self.rkey = 0;
-        self.extra = WrExtra::None;
-        self.ud = UdDest::EMPTY;
+        // Every field named: one added to the WR fails to compile here until it is reset too,
+        // instead of carrying the last WQE's value into the next.
+        let SendWr {
+            wr_id: id,
+            opcode: op,
+            flags,
+            sg,
+            imm,
+            invalidate_rkey,
+            remote_addr,
+            rkey,
+            extra,
+            ud,
+        } = self;
+        *id = wr_id;
+        *op = opcode;
+        *flags = SendFlags(SendFlags::SIGNALED);
+        sg.clear();
+        *imm = 0;
+        *invalidate_rkey = 0;
+        *remote_addr = 0;
+        *rkey = 0;
+        *extra = WrExtra::None;
+        *ud = UdDest::EMPTY;
     }
 
     /// The WR as a send queue slot keeps it (the list's length in place of the list, without
