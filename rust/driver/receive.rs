@@ -265,30 +265,39 @@ pub fn packet(dev: &DevShared, mut skb: Skb) {
     if glance.is_none() {
         qp = qp_for(dev, p.dest_qp, port);
     }
-    deliver(dev, &p, &h, &mut skb, qp);
+    if deliver(dev, &p, &h, &mut skb, qp) {
+        skb.consume();
+    }
 }
 
 /// Handles a packet at once: checks its ICRC and hands it to its QP (or multicast group).
-fn deliver(dev: &DevShared, p: &Inbound, h: &Option<Headers>, skb: &mut Skb, qp: Option<RxQp<'_>>) {
+/// Returns whether it was handed on; else it is a drop, counted.
+fn deliver(
+    dev: &DevShared,
+    p: &Inbound,
+    h: &Option<Headers>,
+    skb: &mut Skb,
+    qp: Option<RxQp<'_>>,
+) -> bool {
     let c = &dev.counters;
     if !p.icrc_ok(skb, c) {
-        return;
+        return false;
     }
     let pm = p.path_match(skb.data());
     if p.dest_qp == MULTICAST_QPN {
-        multicast(dev, p.port, &p.dst_gid, p.payload(h, skb), &pm, p.ip_len);
-        return;
+        return multicast(dev, p.port, &p.dst_gid, p.payload(h, skb), &pm, p.ip_len);
     }
     let Some(qp) = qp else {
         Counters::inc(&c.rx_no_qp);
-        return;
+        return false;
     };
     count_rcvd(c, p.ip_len);
     match (p.payload(h, skb), p.raw) {
         (Ok((h, payload)), _) => qp.receive(h, payload, &pm),
         (Err(_), Some(b)) => qp.receive_unsupported(&b, &pm),
-        (Err(_), None) => {}
+        (Err(_), None) => return false,
     }
+    true
 }
 
 /// A packet taken from a QP's receive queue, parsed and its ICRC checked ([`queued`]): what
@@ -385,7 +394,7 @@ fn count_rcvd(c: &Counters, len: usize) {
 
 /// A packet for DestQP 0xFFFFFF: every UD QP attached to its destination GID on this device
 /// gets it (each QP's own checks then apply: state, P_Key, Q_Key, a receive WQE). A group
-/// nobody joined here is counted as a packet for no QP.
+/// nobody joined here is counted as a packet for no QP. Returns whether any QP was handed it.
 fn multicast(
     dev: &DevShared,
     port: u8,
@@ -393,22 +402,25 @@ fn multicast(
     decoded: Result<(&Headers, Payload<'_>), DecodeError>,
     pm: &PathMatch,
     len: usize,
-) {
+) -> bool {
     let c = &dev.counters;
     let mut qpns = [0; MAX_QP_ATTACH];
     let n = dev.mcast.members(group, &mut qpns);
     let Ok((h, payload)) = decoded else {
         Counters::inc(&c.rx_malformed);
-        return;
+        return false;
     };
     if n == 0 {
         Counters::inc(&c.rx_no_qp);
-        return;
+        return false;
     }
     count_rcvd(c, len);
+    let mut handed = false;
     for &qpn in &qpns[..n] {
         if let Some(qp) = dev.qp(qpn, port) {
             qp.receive(h, payload, pm);
+            handed = true;
         }
     }
+    handed
 }

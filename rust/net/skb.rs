@@ -77,7 +77,8 @@ impl Skb {
         Ok(skb)
     }
 
-    /// Frees the skb as successfully processed (`consume_skb`, not counted as a drop).
+    /// Frees the skb as successfully processed (`consume_skb`: the kernel's drop tracing does
+    /// not count it as a drop).
     pub fn consume(self) {
         // SAFETY: we own the skb (type invariant) and give it up here.
         unsafe { b::consume_skb(self.into_raw()) };
@@ -635,6 +636,14 @@ impl SkbQueue {
     pub fn purge(&self) {
         // SAFETY: the queue is initialised and owns its skbs; purging frees each once.
         unsafe { b::rvr_skb_queue_purge(self.q.get()) };
+    }
+
+    /// Frees every queued skb as successfully processed ([`Skb::consume`]). Not with
+    /// interrupts disabled, as [`SkbQueue::purge`].
+    pub fn consume_all(&self) {
+        while let Some(skb) = self.pop() {
+            skb.consume();
+        }
     }
 
     /// Whether the queue is empty (a snapshot).

@@ -19,6 +19,10 @@
 # switches off on both devices, the same traffic is intact, nothing is queued, nothing leaves in
 # a burst and every payload is copied; then all three are on for the rest.
 #
+# During the first run, the kernel's drop tracing (skb:kfree_skb, what dropwatch reports) shows
+# only the receive drops the devices counted: every packet handed to a QP, inline or from its
+# receive queue, is freed as consumed, not as a drop.
+#
 # A send queue deeper than the requester's window (deep_sq.py): 400 Writes posted while the
 # responder's ACKs are lost, then all of the window acknowledged by one ACK; 400 inline Sends;
 # 400 Writes flushed in Error; each in order with its bytes.
@@ -50,7 +54,7 @@ switches() {
 
 main() {
 	ktap_print_header
-	ktap_set_plan $((7 + 6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
+	ktap_set_plan $((8 + 6 + 6 + ${#sizes[@]} * ${#mtus[@]} * 2 + 3))
 	dut_setup 1
 	# A 4096-byte path MTU needs a netdev MTU above 4096 + RoCE headers.
 	ip -n "$NS_A" link set veth0 mtu 9000 && ip -n "$NS_B" link set veth1 mtu 9000
@@ -58,10 +62,14 @@ main() {
 	wait_for "$RVRDMA_WAIT" has_gid "${DUT}0" fd77::1 && wait_for "$RVRDMA_WAIT" has_gid "${DUT}1" fd77::2 ||
 		diag "IPv6 GIDs did not appear"
 
-	local mtu
+	local mtu drops0
 	switches 1
+	drops0=$(rx_drops "${DUT}0" "${DUT}1")
+	drop_trace_start || diag "the kernel's drop tracing did not start"
 	traffic_check "traffic.py: every op both ways, IPv4, MTU 1024, data and completions intact" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --ops "$OPS" --mtu 1024 --iters 2 --random 10
+	check "every packet the devices handled, inline or from a receive queue, was consumed: the kernel's drop tracing shows rvrdma's counted drops only" \
+		drops_traced "$drops0"
 	check "rx_spread: bulk packets went through the receive queues on both devices, work items handled some" \
 		eval '[ "$(queued 0)" -gt 0 ] && [ "$(queued 1)" -gt 0 ] &&
 			[ "$(($(link_stat "${DUT}0" rx_queue_worker_pkts) + $(link_stat "${DUT}1" rx_queue_worker_pkts)))" -gt 0 ]'

@@ -7,6 +7,8 @@
 #    packets reached the transport), and the packets with a wrong ICRC exactly as ICRC errors;
 #  - every UDP datagram each namespace received is accounted for by exactly one device counter
 #    (rcvd_pkts, rx_malformed, icrc_errors, rx_no_qp);
+#  - the kernel's drop tracing (the skb:kfree_skb event, what dropwatch reports) shows exactly the
+#    drops the devices counted: a packet handed to a QP, hostile or not, is consumed;
 #  - the victims either finished with every byte right or stopped at an error completion (a
 #    forged NAK or response inside a QP's window may move it to Error, as the spec allows);
 #    never wrong data;
@@ -23,13 +25,16 @@ STOP=$DIR/stop
 
 main() {
 	ktap_print_header
-	ktap_set_plan 8
+	ktap_set_plan 9
 	[ "$RVRDMA_LINK_TYPE" = rvrdma ] || skip_all "the counters checked are rvrdma's"
 	local t0
 	t0=$(klog_mark "63-hostile-wire start")
 	dut_setup 1
 	pair_up
 	snap S0
+	local drops0
+	drops0=$(rx_drops "${DUT}0" "${DUT}1")
+	drop_trace_start || diag "the kernel's drop tracing did not start"
 	# The victims: 4 RC QP pairs, both directions, until the fuzzers are done.
 	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
 		--qps 4 --random 5000 --sizes 1,63,1024,3079,65536 --until "$STOP" \
@@ -57,9 +62,14 @@ main() {
 	# Quiet: nothing in flight, so every counter is final.
 	sleep 2
 	snap S1
+	local traced traced_rc=0
+	traced=$(drops_traced "$drops0") || traced_rc=$?
+	diag "$traced"
 	check "the probes (valid ICRC, no such QP) were counted as for no QP on both devices" probes_counted
 	check "the packets with a wrong ICRC were counted exactly as ICRC errors" bad_icrc_counted
 	check "every datagram each netns received is counted by exactly one device counter" accounted
+	check "the kernel's drop tracing shows rvrdma's drops (bad ICRC, malformed, no QP) exactly as counted, and no handled packet" \
+		eval 'echo "$traced"; [ "$traced_rc" = 0 ] && [ "$(rx_drops "${DUT}0" "${DUT}1")" -gt "$drops0" ]'
 	diag "$(counters_table)"
 	check "the victims' data was never wrong: they finished clean or stopped at an error completion" \
 		victims_ok "$vrc"

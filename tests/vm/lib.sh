@@ -362,6 +362,56 @@ rxe_on_b() {
 	GX=$(sysfs_gid_index rxe1 "$(gid_full 10.77.0.2)" "RoCE v2")
 }
 
+# The kernel's drop tracing: the skb:kfree_skb event fires for every skb freed as a drop (what
+# dropwatch and `perf trace` report), not for one consumed (consume_skb).
+TRACEFS=/sys/kernel/tracing
+
+# drop_trace_start: records the kernel's skb drops from here on, in a buffer big enough for a
+# fuzz run's.
+drop_trace_start() {
+	[ -e "$TRACEFS/trace" ] || mount -t tracefs nodev "$TRACEFS" || return
+	echo 0 >"$TRACEFS/tracing_on" && echo 16384 >"$TRACEFS/buffer_size_kb" &&
+		: >"$TRACEFS/trace" && echo 1 >"$TRACEFS/events/skb/kfree_skb/enable" &&
+		echo 1 >"$TRACEFS/tracing_on"
+}
+
+# drop_trace_stop: stops the recording and prints how many of the drops were rvrdma's (the
+# event's location, where the skb was freed, in the module); fails if the buffer lost events.
+drop_trace_stop() {
+	local lost
+	[ "$(cat "$TRACEFS/events/skb/kfree_skb/enable" 2>/dev/null)" = 1 ] ||
+		{ echo "the drop tracing was not on"; return 1; }
+	echo 0 >"$TRACEFS/tracing_on" && echo 0 >"$TRACEFS/events/skb/kfree_skb/enable" || return
+	lost=$(awk '$1 == "overrun:" { n += $2 } END { print n + 0 }' "$TRACEFS"/per_cpu/cpu*/stats)
+	[ "$lost" = 0 ] || { echo "the trace buffer lost $lost events"; return 1; }
+	grep -cE 'location=[^ ]+ \[rvrdma\]' "$TRACEFS/trace" || true
+}
+
+# rx_drops DEV...: the packets the devices counted as dropped on receive, summed.
+rx_drops() {
+	local d c n=0
+	for d in "$@"; do
+		for c in rx_malformed icrc_errors rx_no_qp; do n=$((n + $(link_stat "$d" "$c"))); done
+	done
+	echo "$n"
+}
+
+# drops_traced BEFORE: after a second's quiet, the skbs rvrdma freed as drops since
+# drop_trace_start are exactly the receive drops ${DUT}0 and ${DUT}1 counted since rx_drops
+# printed BEFORE: a handled packet is consumed, and every drop counted is a drop.
+drops_traced() {
+	local n counted
+	sleep 1
+	n=$(drop_trace_stop) || { echo "$n"; return 1; }
+	counted=$(($(rx_drops "${DUT}0" "${DUT}1") - $1))
+	echo "rvrdma's skbs freed as drops: $n; receive drops its devices counted: $counted"
+	[ "$n" -eq "$counted" ] && return
+	echo "drops traced, by where they were freed:"
+	grep -oE 'location=[^ ]+( \[[a-z_]+\])?' "$TRACEFS/trace" | sed 's/+[^ ]*//' | sort | uniq -c |
+		sort -rn | head -8
+	return 1
+}
+
 # link_stat DEV NAME: the counter NAME of DEV's port 1 (`rdma statistic`).
 link_stat() {
 	rdma statistic show link "$1/1" | tr ' ' '\n' | awk -v n="$2" '$0 == n { getline; print; exit }'

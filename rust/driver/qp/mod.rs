@@ -590,7 +590,7 @@ impl QpShared {
                 let payload = Payload::of(&skb, c.payload.clone());
                 self.inbound(core, odp, &c.h, payload, &c.pm, &mem, &mut out, now);
             }
-            self.rx_done(skb);
+            self.rx_done(skb, checked.is_some());
         }
         if retransmit {
             core.timer_expired(now, Timer::Retransmit, &mut out);

@@ -85,9 +85,12 @@ pub(crate) struct RxQueue {
     #[pin]
     waiting: SkbQueue,
     /// Packets handled under the QP lock, freed after it (an skb is not freed with interrupts
-    /// disabled).
+    /// disabled) as consumed.
     #[pin]
     done: SkbQueue,
+    /// Packets taken under the QP lock that failed their check, freed after it as drops.
+    #[pin]
+    dropped: SkbQueue,
     /// The QP's requester may keep more than one RDMA Read outstanding (`max_rd_atomic` above
     /// 1): responses of another Read may follow the ones arriving.
     reads_overlap: AtomicBool,
@@ -153,6 +156,7 @@ impl RxQueue {
         pin_init!(Self {
             waiting <- SkbQueue::new(),
             done <- SkbQueue::new(),
+            dropped <- SkbQueue::new(),
             reads_overlap: AtomicBool::new(false),
             held: AtomicUsize::new(0),
             next_ticket: AtomicU32::new(0),
@@ -391,7 +395,13 @@ impl QpShared {
                     core::hint::spin_loop();
                 }
                 let _ = self.drive(Entry::RxBatch(&batch));
-                // The skbs are freed here, after the lock.
+                // The skbs are freed here, after the lock: those the core was handed as
+                // consumed, the rest as drops.
+                for p in batch.drain_all() {
+                    if p.checked.is_some() {
+                        p.skb.consume();
+                    }
+                }
             }
             // Each packet is checked under the lock as it is taken.
             Claim::UnderLock => {
@@ -485,8 +495,12 @@ impl QpShared {
     }
 
     /// Keeps a handled packet for [`Self::free_rx`].
-    pub(super) fn rx_done(&self, skb: Skb) {
-        self.rx.done.push(skb);
+    pub(super) fn rx_done(&self, skb: Skb, handled: bool) {
+        if handled {
+            self.rx.done.push(skb);
+        } else {
+            self.rx.dropped.push(skb);
+        }
     }
 
     /// Whether packets wait in the receive queue.
@@ -494,10 +508,15 @@ impl QpShared {
         !self.rx.waiting.is_empty()
     }
 
-    /// Frees the handled packets. Not under the QP lock.
+    /// Frees the packets taken under the lock: the handled ones as consumed, the rest as
+    /// drops. Not under the QP lock.
     pub(super) fn free_rx(&self) {
         if !self.rx.done.is_empty() {
-            self.rx.done.purge();
+            self.rx.done.consume_all();
+        }
+        // One by one, each a drop of rvrdma's own (`Skb`'s drop), not the queue's purge.
+        while let Some(skb) = self.rx.dropped.pop_nonempty() {
+            drop(skb);
         }
     }
 
