@@ -19,8 +19,8 @@ from report import short  # noqa: E402
 EVENT = re.compile(r"^\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+): "
                    r"(<stack trace>|\w+):? ?(.*)$")
 # Frames that say nothing about the waiter: the probe's, the lock's own and its wrappers.
-SKIP = re.compile(r"kprobe|int3|optimized_callback|pre_handler|_raw_spin_lock|rvr_spin_(try)?lock|"
-                  r"queued_spin_lock_slowpath|^0x")
+SKIP = re.compile(r"kprobe|int3|optimized_callback|pre_handler|_raw_spin_lock|"
+                  r"rvr_spin_(try)?lock|queued_spin_lock_slowpath|^0x")
 
 
 def task_name(comm):
