@@ -45,6 +45,30 @@ pub struct QpCreate {
     pub srq: bool,
 }
 
+/// A QP's creation parameters with its queue storage (see [`Qp::new`]), checked.
+#[derive(Debug)]
+pub struct QpParts<S, R, G, D> {
+    create: QpCreate,
+    sq: (S, G, D),
+    rq: (R, G),
+}
+
+impl<S, R, G, D> QpParts<S, R, G, D>
+where
+    S: core::ops::Deref<Target = [SendSlot]>,
+    D: core::ops::Deref<Target = [UdDest]>,
+{
+    /// Checks the parameters against the storage; `None` where [`Qp::new`] fails.
+    pub fn new(create: QpCreate, sq: (S, G, D), rq: (R, G)) -> Option<Self> {
+        let known = matches!(
+            create.qp_type,
+            QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi
+        );
+        let dests = !create.qp_type.is_datagram() || sq.2.len() >= sq.0.len();
+        (known && dests).then_some(QpParts { create, sq, rq })
+    }
+}
+
 /// Modify/Query QP attributes (the fields of `struct ib_qp_attr` the core uses). Each field is
 /// read by `modify` only when its [`AttrMask`] bit is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,21 +248,19 @@ where
     /// slot, which only a datagram QP needs (a connected one may give none). `None` for an
     /// unknown QP type, or a datagram QP without a destination for each send slot.
     pub fn new(create: QpCreate, sq: (S, G, D), rq: (R, G)) -> Option<Qp<S, R, G, D>> {
-        if !matches!(
-            create.qp_type,
-            QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi
-        ) {
-            return None;
-        }
+        QpParts::new(create, sq, rq).map(Qp::from_parts)
+    }
+
+    /// Creates a QP in Reset from parts already checked: it cannot fail, so a caller can check
+    /// before it allocates and build the QP in place afterwards.
+    pub fn from_parts(parts: QpParts<S, R, G, D>) -> Qp<S, R, G, D> {
+        let QpParts { create, sq, rq } = parts;
         let sql = SqLogic::new(sq.0, sq.1, sq.2);
-        if create.qp_type.is_datagram() && !sql.holds_dests() {
-            return None;
-        }
         let mut rql = RqLogic::new(rq.0, rq.1);
         rql.config_mut().srq = create.srq;
         rql.config_mut().uc = create.qp_type == QpType::Uc;
         rql.config_mut().ud = create.qp_type.is_datagram();
-        Some(Qp {
+        Qp {
             create,
             sm: QpStateMachine::new(create.qp_type),
             apm: Apm::new(),
@@ -248,7 +270,7 @@ where
             own: QpCounters::default(),
             mig_err_reported: false,
             bonding: None,
-        })
+        }
     }
 
     /// The current state.

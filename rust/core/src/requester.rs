@@ -450,11 +450,6 @@ where
             .unwrap_or(&UdDest::EMPTY)
     }
 
-    /// Whether every slot has room for a datagram destination.
-    pub(crate) fn holds_dests(&self) -> bool {
-        self.dests.len() >= self.sq.len()
-    }
-
     /// Queues a send WR and gives it its SSN (the Qp already checked the state). Fails when the
     /// SQ is full or the WR is malformed (gather list longer than 2^31 bytes, atomic result
     /// buffer shorter than 8 bytes).

@@ -41,7 +41,7 @@ use crate::net::udp_tunnel::TunnelRef;
 use crate::rvcore::apm::PathMatch;
 use crate::rvcore::events::{CqKind, Timer};
 use crate::rvcore::memory::RxPayload;
-use crate::rvcore::qp::{Qp, QpAttrs, QpCounters};
+use crate::rvcore::qp::{Qp, QpAttrs, QpCounters, QpParts};
 use crate::rvcore::qp_state::{AttrMask, QpState};
 use crate::rvcore::wire::{bth::RawBth, Headers};
 use crate::rvcore::wqe::{RecvSlot, SendSlot, Sge, UdDest};
@@ -66,6 +66,14 @@ use user_rings::{Taken, UserRings};
 /// The core QP with kernel-allocated queue storage (see [`slots`]).
 pub(crate) type CoreQp =
     Qp<slots::Slots<SendSlot>, slots::Slots<RecvSlot>, slots::Slots<Sge>, slots::Slots<UdDest>>;
+
+/// [`CoreQp`]'s checked creation parameters and storage.
+type CoreParts = QpParts<
+    slots::Slots<SendSlot>,
+    slots::Slots<RecvSlot>,
+    slots::Slots<Sge>,
+    slots::Slots<UdDest>,
+>;
 
 /// Packets a work run transmits before it yields (it requeues itself).
 const WORK_BUDGET: usize = 64;
@@ -176,6 +184,25 @@ pub(crate) struct QpInner {
     odp: OdpWait,
     /// Set by destroy: nothing runs any more.
     dead: bool,
+}
+
+impl QpInner {
+    /// The inner state of a new QP, built in place: the whole is a few KiB, and each copy of it
+    /// a value would make lands on the stack of a process-context verb.
+    fn new(parts: CoreParts, user: UserRings, depths: (u32, u32)) -> impl Init<Self> {
+        init!(Self {
+            core: CoreQp::from_parts(parts),
+            user,
+            timers: QpTimers::default(),
+            pending: Pending::default(),
+            paths: QpPaths::default(),
+            depths,
+            last_counters: QpCounters::default(),
+            last_total: 0,
+            odp: OdpWait::default(),
+            dead: false,
+        })
+    }
 }
 
 /// A queue pair, shared by its verbs, work item, timer and the receive path.

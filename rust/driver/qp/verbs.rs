@@ -7,14 +7,13 @@
 use super::kernel_inline;
 use super::modify_attr;
 use super::outputs::QpOut;
-use super::routes::{QpPaths, Wanted};
+use super::routes::Wanted;
 use super::rx_queue::RxQueue;
 use super::slots::Slots;
-use super::timers::QpTimers;
 use super::transmit::{self, TxStream};
 use super::user_rings::UserRings;
 use super::user_wqe;
-use super::{destroy, CoreQp, Entry, OdpWait, Pending, QpInner, QpShared, RvrQp};
+use super::{destroy, CoreQp, Entry, QpInner, QpShared, RvrQp};
 use super::{MAX_INLINE, MAX_QP_WR, MAX_SGE};
 use crate::driver::counters::Counters;
 use crate::driver::device::RvrDevice;
@@ -31,7 +30,7 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::net::udp_tunnel;
-use crate::rvcore::qp::{Qp, QpCounters, QpCreate};
+use crate::rvcore::qp::{QpCreate, QpParts};
 use crate::rvcore::qp_state::{AttrMask, QpType};
 use crate::rvcore::requester::{PostError, MAX_UNACKED_PSNS};
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, SgList, Sge, UdDest, WrExtra};
@@ -260,7 +259,7 @@ impl QpVerbs for RvrDevice {
         let pd_id = pd.data().id;
         let for_qp = shared.clone();
         let make = |qpn| {
-            let core = Qp::new(
+            let parts = QpParts::new(
                 QpCreate {
                     qp_type,
                     qpn,
@@ -277,18 +276,8 @@ impl QpVerbs for RvrDevice {
                 ),
             )
             .ok_or(EINVAL)?;
-            let inner = QpInner {
-                core,
-                user: UserRings::new(sq_ring, rq_ring, core_sq, max_inline)?,
-                timers: QpTimers::default(),
-                pending: Pending::default(),
-                paths: QpPaths::default(),
-                depths: (sq_slots, rq_slots),
-                last_counters: QpCounters::default(),
-                last_total: 0,
-                odp: OdpWait::default(),
-                dead: false,
-            };
+            let user = UserRings::new(sq_ring, rq_ring, core_sq, max_inline)?;
+            let inner = QpInner::new(parts, user, (sq_slots, rq_slots));
             Arc::pin_init(
                 try_pin_init!(QpShared {
                     qpn,

@@ -224,7 +224,8 @@ fn ud_sends_queued_together_each_go_to_their_own_destination() {
     assert_eq!(d.e[0].out.send_cqes.len(), 3);
 }
 
-/// A datagram QP needs room for a destination in every send slot; a connected one needs none.
+/// A datagram QP needs room for a destination in every send slot; a connected one needs none;
+/// a QP type the core does not run is refused.
 #[test]
 fn a_datagram_qp_without_room_for_each_destination_is_refused() {
     use rvrdma_core::qp::{Qp, QpCreate};
@@ -257,6 +258,14 @@ fn a_datagram_qp_without_room_for_each_destination_is_refused() {
             Qp::new(create(t), sq(0), rq()).is_some(),
             "{t:?} needs none"
         );
+    }
+    for t in [
+        QpType::Smi,
+        QpType::RawPacket,
+        QpType::XrcIni,
+        QpType::XrcTgt,
+    ] {
+        assert!(Qp::new(create(t), sq(4), rq()).is_none(), "{t:?}");
     }
 }
 
