@@ -54,3 +54,16 @@ klog_mark() {
 	[ -n "$ts" ] || ts=$(cut -d' ' -f1 /proc/uptime)
 	echo "$ts"
 }
+
+# KLOG_STACK_LEFT_MIN: the fewest bytes of its stack a task may leave unused. With
+# CONFIG_DEBUG_STACK_USAGE the kernel logs each new low as a task exits ("<comm> (<pid>) used
+# greatest stack depth: N bytes left"). A quarter of x86-64's 16 KiB: a deeper caller, another
+# kernel configuration or another compiler's frames must still fit.
+KLOG_STACK_LEFT_MIN=4096
+
+# klog_stack_least: "BYTES COMM" of the lowest such record in the kernel log on stdin; nothing
+# if the kernel logs none.
+klog_stack_least() {
+	sed -nE 's/.*\] (.*) \([0-9]+\) used greatest stack depth: ([0-9]+) bytes left$/\2 \1/p' |
+		sort -n | head -1
+}

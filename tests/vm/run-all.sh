@@ -436,6 +436,22 @@ else
 	pass=$((pass + 1))
 fi
 
+# ---- stack headroom --------------------------------------------------------------------------
+# The deepest stack any task reached in the whole run (rvrdma's deepest is `rdma link add`
+# creating the GSI QP under ib_register_device).
+n=$((n + 1))
+read -r least_left least_comm < <(klog_text | klog_stack_least)
+if [ -z "${least_left:-}" ]; then
+	echo "ok $n stack headroom # SKIP the kernel logs no stack depth (CONFIG_DEBUG_STACK_USAGE)"
+	skip=$((skip + 1))
+elif [ "$least_left" -lt "$KLOG_STACK_LEFT_MIN" ]; then
+	echo "not ok $n stack headroom: $least_comm left $least_left bytes (< $KLOG_STACK_LEFT_MIN)"
+	fail=$((fail + 1))
+else
+	echo "ok $n stack headroom: the least left, $least_left bytes, by $least_comm"
+	pass=$((pass + 1))
+fi
+
 # ---- time per test ---------------------------------------------------------------------------
 total=0
 : >"$results/timings"
