@@ -162,6 +162,9 @@ counters! {
     /// Longest wait of a QP's receive queue work item between being queued and running, in
     /// microseconds.
     rx_queue_delay_max_us,
+    /// Longest wait of a QP's transmit hand-off (a stream's packets sent on the CPU of their
+    /// last batch, see `qp::transmit`) between being queued and running, in microseconds.
+    tx_handoff_delay_max_us,
     /// On-demand-paging ranges faulted in because a packet or WQE found them not resident.
     odp_faults,
     /// Packets dropped while their QP waited for on-demand-paging memory (too many kept, or no

@@ -136,7 +136,7 @@ run_line() {
 	if [[ $type == rvrdma* ]]; then
 		for dev in "$d0" "$d1"; do
 			echo "#   $dev: $(rdma statistic show link "$dev/1" | tr ' ' '\n' | paste - - |
-				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|credit_probes|tx_cpu|tx_doorbell|tx_linger|tx_burst|tx_paged|rx_paged)' |
+				grep -E '^(retrans|completer_retry|dup|rx_queue|transport_timeouts|seq_naks|out_of_seq|rcvd_rnr|send_err|credit_probes|tx_cpu|tx_handoff|tx_doorbell|tx_linger|tx_burst|tx_paged|rx_paged)' |
 				tr '\t\n' '= ')" >&2
 		done
 	else

@@ -9,6 +9,7 @@
 
 use super::paged_hint::PAGED_MIN;
 use super::run_flag::RunFlag;
+use super::work_delay::QueuedAt;
 use super::{routes, QpShared};
 use crate::driver::counters::Counters;
 use crate::driver::dev_shared::DevShared;
@@ -215,6 +216,8 @@ pub(super) struct TxStream {
     /// The stream's hand-off work item is queued and its run has not begun: a flush that
     /// would hand off needs no call to queue it (the run sends what was queued before).
     handed_off: RunFlag,
+    /// When the hand-off work item was queued (for `tx_handoff_delay_max_us`).
+    handoff_queued: QueuedAt,
     /// The IPv4 identifications of the stream's packets.
     ip_ids: IpIds,
 }
@@ -227,6 +230,7 @@ impl TxStream {
             busy: AtomicBool::new(false),
             last_batch: LastBatch::new(),
             handed_off: RunFlag::new(),
+            handoff_queued: QueuedAt::default(),
             ip_ids: IpIds::new(),
         })
     }
@@ -327,6 +331,7 @@ impl QpShared {
                 Counters::inc(&self.dev.counters.tx_cpu_handoffs);
                 // Queued and not yet begun (or already queued): that run sends these too.
                 if s.handed_off.claim() {
+                    s.handoff_queued.mark();
                     let _ = if requests {
                         workqueue::enqueue_on::<_, 1>(cpu, self.clone())
                     } else {
@@ -389,7 +394,10 @@ impl QpShared {
     /// A hand-off run of a stream: from its start, a flush that would hand off queues the run
     /// again; then it sends.
     fn run_handoff(self: &Arc<Self>, requests: bool) {
-        self.stream(requests).handed_off.begin();
+        let s = self.stream(requests);
+        s.handed_off.begin();
+        s.handoff_queued
+            .ran(&self.dev.counters.tx_handoff_delay_max_us);
         self.flush_stream(requests);
     }
 }
