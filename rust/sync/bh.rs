@@ -10,7 +10,7 @@ use crate::bindings as b;
 /// (what the UDP layer's receive path provides). When bottom halves are enabled again, the
 /// softirqs `f` raised run.
 ///
-/// Process context, interrupts enabled.
+/// Process context, or softirq context (where it nests), interrupts enabled.
 pub fn with_bh_disabled<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: the caller is in process context with interrupts enabled; the matching enable
     // is below.

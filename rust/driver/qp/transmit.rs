@@ -309,44 +309,63 @@ impl QpShared {
         let s = self.stream(requests);
         loop {
             // Nothing to send: no hand-off either. A context that queues a packet flushes after.
-            if s.queue.is_empty() || s.busy.swap(true, Ordering::SeqCst) {
+            if s.queue.is_empty() {
                 return;
             }
-            let sent = backlog::send_in_order(
-                s.last_batch.get(),
-                || self.send_queued(&s.queue),
-                |res| {
-                    if let Ok(mark) = res {
-                        s.last_batch.set(mark);
-                    }
-                    // Free before bottom halves come back on: the softirq that then receives
-                    // what was sent (on a veth, on this CPU) sends what it builds itself. Held,
-                    // it would leave that to this context, which then loops for as long as the
-                    // stream flows, and stalls the stream whenever it is preempted.
-                    s.busy.store(false, Ordering::SeqCst);
-                    res
-                },
-            );
-            if let Err(cpu) = sent {
-                Counters::inc(&self.dev.counters.tx_cpu_handoffs);
-                // Queued and not yet begun (or already queued): that run sends these too.
-                if s.handed_off.claim() {
-                    s.handoff_queued.mark();
-                    let _ = if requests {
-                        workqueue::enqueue_on::<_, 1>(cpu, self.clone())
-                    } else {
-                        workqueue::enqueue_on::<_, 2>(cpu, self.clone())
-                    };
+            // The stream is taken, sent and freed, and a hand-off claimed and queued, with
+            // bottom halves off: a task preempted in between would hold every other sender
+            // off (or leave a claimed hand-off unqueued) until it ran again.
+            let sent = crate::sync::bh::with_bh_disabled(|| {
+                if s.busy.swap(true, Ordering::SeqCst) {
+                    return false;
                 }
+                backlog::send_in_order(
+                    s.last_batch.get(),
+                    || self.send_queued(&s.queue),
+                    |res| {
+                        if let Ok(mark) = res {
+                            s.last_batch.set(mark);
+                        }
+                        // Free before bottom halves come back on: the softirq that then
+                        // receives what was sent (on a veth, on this CPU) sends what it builds
+                        // itself. Held, it would leave that to this context, which then loops
+                        // for as long as the stream flows, and stalls the stream whenever it
+                        // is preempted. Freed before the hand-off is queued, which could
+                        // otherwise find the stream busy and leave.
+                        s.busy.store(false, Ordering::SeqCst);
+                        match res {
+                            Ok(_) => true,
+                            Err(cpu) => {
+                                self.hand_off(requests, cpu);
+                                false
+                            }
+                        }
+                    },
+                )
+            });
+            if !sent {
                 return;
             }
             // A packet queued after our last pop but before the store above found us busy. The
             // fence orders the store before the look (a store-load order), as the producer's
             // queueing is ordered before its test of `busy`: one of the two sees the other.
             core::sync::atomic::fence(Ordering::SeqCst);
-            if s.queue.is_empty() {
-                return;
-            }
+        }
+    }
+
+    /// Leaves a stream's sending to its hand-off work item on `cpu`: the CPU of the last batch,
+    /// whose backlog still holds it.
+    fn hand_off(self: &Arc<Self>, requests: bool, cpu: u32) {
+        let s = self.stream(requests);
+        Counters::inc(&self.dev.counters.tx_cpu_handoffs);
+        // Queued and not yet begun (or already queued): that run sends these too.
+        if s.handed_off.claim() {
+            s.handoff_queued.mark();
+            let _ = if requests {
+                workqueue::enqueue_on::<_, 1>(cpu, self.clone())
+            } else {
+                workqueue::enqueue_on::<_, 2>(cpu, self.clone())
+            };
         }
     }
 
