@@ -12,8 +12,8 @@ use crate::bindings as b;
 ///
 /// Process context, or softirq context (where it nests), interrupts enabled.
 pub fn with_bh_disabled<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: the caller is in process context with interrupts enabled; the matching enable
-    // is below.
+    // SAFETY: the caller is in process or softirq context with interrupts enabled, where
+    // bottom halves may be disabled (in softirq the count nests); the matching enable is below.
     unsafe { b::rvr_local_bh_disable() };
     let rcu = kernel::sync::rcu::read_lock();
     let r = f();
