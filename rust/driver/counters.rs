@@ -163,7 +163,8 @@ counters! {
     /// microseconds.
     rx_queue_delay_max_us,
     /// Longest wait of a QP's transmit hand-off (a stream's packets sent on the CPU of their
-    /// last batch, see `qp::transmit`) between being queued and running, in microseconds.
+    /// last batch, see `qp::transmit`) between being queued and either running or the stream
+    /// being sent by another context, in microseconds.
     tx_handoff_delay_max_us,
     /// On-demand-paging ranges faulted in because a packet or WQE found them not resident.
     odp_faults,

@@ -11,6 +11,7 @@
 //! it every CPU may send, as if the order held.
 
 use crate::bindings as b;
+use crate::sync::bh::BhOff;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The end of one batch of packets in a CPU's receive backlog.
@@ -76,26 +77,19 @@ impl Default for LastBatch {
     }
 }
 
-/// Runs `send` (which transmits packets and returns how many) on the current CPU with bottom
-/// halves disabled, so that all it sends enters one CPU's backlog, unless packets sent before
-/// `prev` could still be overtaken from here: then `send` does not run and the result is
-/// `Err(cpu)`, the CPU to send from instead. On success, the mark after what `send` sent (`prev`
-/// if it sent nothing). `settle` gets the result while bottom halves are still disabled, and
-/// what it returns is returned; then bottom halves are enabled again, which in process context
-/// delivers what the backlog holds at once.
-///
-/// Process or softirq context, interrupts enabled.
-pub fn send_in_order<R>(
+/// Runs `send` (which transmits packets and returns how many) on this CPU, so that all it
+/// sends enters one CPU's backlog, unless packets sent before `prev` could still be overtaken
+/// from here: then `send` does not run and the result is `Err(cpu)`, the CPU to send from
+/// instead. On success, the mark after what `send` sent (`prev` if it sent nothing). What it
+/// sent waits in this CPU's backlog at least until bottom halves come back on.
+pub fn send_in_order(
+    _bh: &BhOff,
     prev: Option<BacklogMark>,
     send: impl FnOnce() -> usize,
-    settle: impl FnOnce(Result<Option<BacklogMark>, u32>) -> R,
-) -> R {
-    // SAFETY: callers run in process or softirq context with interrupts enabled, where bottom
-    // halves may be disabled; the matching enable is below on every path.
-    unsafe { b::rvr_local_bh_disable() };
-    // SAFETY: with bottom halves disabled the task stays on this CPU until they are enabled.
+) -> Result<Option<BacklogMark>, u32> {
+    // SAFETY: with bottom halves disabled (`_bh`) the task stays on this CPU.
     let cpu = unsafe { b::rvr_this_cpu() };
-    let res = match prev {
+    match prev {
         Some(p) if p.cpu != cpu && !p.passed() => Err(p.cpu),
         _ => {
             let sent = send();
@@ -107,11 +101,7 @@ pub fn send_in_order<R>(
                 Ok(Some(BacklogMark { cpu, tail }))
             }
         }
-    };
-    let out = settle(res);
-    // SAFETY: pairs with the disable above, in the same context.
-    unsafe { b::rvr_local_bh_enable() };
-    out
+    }
 }
 
 /// How many packets wait in this CPU's receive backlog behind the one being received: a stream

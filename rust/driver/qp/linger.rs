@@ -188,7 +188,7 @@ impl QpShared {
         if !self.linger.take_turn() {
             return;
         }
-        let Some(cpu) = with_bh_disabled(backlog::other_cpu) else {
+        let Some(cpu) = with_bh_disabled(|_| backlog::other_cpu()) else {
             return;
         };
         self.linger.cpu.store(cpu, Ordering::Relaxed);

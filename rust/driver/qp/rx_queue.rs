@@ -199,7 +199,7 @@ impl QpShared {
         // As the softirq would: what the batch transmits (ACKs) is received on this CPU when
         // bottom halves come back on. They stay off from a batch's claim to its hand-in, so
         // that nothing that runs on this CPU meanwhile can wait for it.
-        crate::sync::bh::with_bh_disabled(|| {
+        crate::sync::bh::with_bh_disabled(|_| {
             if self.handle_rx_batch(false) && self.rx_waiting() {
                 self.schedule_rx(|| None);
             }
@@ -228,7 +228,7 @@ impl WorkItem<5> for QpShared {
         }
         Counters::inc(&this.dev.counters.rx_queue_urgent_runs);
         for round in 1..=URGENT_ROUNDS {
-            let done = crate::sync::bh::with_bh_disabled(|| {
+            let done = crate::sync::bh::with_bh_disabled(|_| {
                 let live = this.handle_rx_batch(false);
                 let more = live && this.rx_waiting();
                 if more && round == URGENT_ROUNDS {

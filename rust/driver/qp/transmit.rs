@@ -216,7 +216,8 @@ pub(super) struct TxStream {
     /// The stream's hand-off work item is queued and its run has not begun: a flush that
     /// would hand off needs no call to queue it (the run sends what was queued before).
     handed_off: RunFlag,
-    /// When the hand-off work item was queued (for `tx_handoff_delay_max_us`).
+    /// When a hand-off was queued that the stream has not sent since (for
+    /// `tx_handoff_delay_max_us`).
     handoff_queued: QueuedAt,
     /// The IPv4 identifications of the stream's packets.
     ip_ids: IpIds,
@@ -279,7 +280,7 @@ impl QpShared {
         let other = if self.requests.queue.is_empty() {
             None
         } else {
-            crate::sync::bh::with_bh_disabled(backlog::other_cpu)
+            crate::sync::bh::with_bh_disabled(|_| backlog::other_cpu())
         };
         match other {
             Some(cpu) => {
@@ -315,33 +316,36 @@ impl QpShared {
             // The stream is taken, sent and freed, and a hand-off claimed and queued, with
             // bottom halves off: a task preempted in between would hold every other sender
             // off (or leave a claimed hand-off unqueued) until it ran again.
-            let sent = crate::sync::bh::with_bh_disabled(|| {
+            let sent = crate::sync::bh::with_bh_disabled(|bh| {
                 if s.busy.swap(true, Ordering::SeqCst) {
                     return false;
                 }
-                backlog::send_in_order(
-                    s.last_batch.get(),
-                    || self.send_queued(&s.queue),
-                    |res| {
-                        if let Ok(mark) = res {
-                            s.last_batch.set(mark);
-                        }
-                        // Free before bottom halves come back on: the softirq that then
-                        // receives what was sent (on a veth, on this CPU) sends what it builds
-                        // itself. Held, it would leave that to this context, which then loops
-                        // for as long as the stream flows, and stalls the stream whenever it
-                        // is preempted. Freed before the hand-off is queued, which could
-                        // otherwise find the stream busy and leave.
-                        s.busy.store(false, Ordering::SeqCst);
-                        match res {
-                            Ok(_) => true,
-                            Err(cpu) => {
-                                self.hand_off(requests, cpu);
-                                false
-                            }
-                        }
-                    },
-                )
+                let prev = s.last_batch.get();
+                let res = backlog::send_in_order(bh, prev, || self.send_queued(&s.queue));
+                if let Ok(mark) = res {
+                    s.last_batch.set(mark);
+                    // A hand-off's wait ends with its run or with the stream's next send,
+                    // from whichever context: one queued while its item still runs waits for
+                    // that run, which sends the stream.
+                    if mark != prev {
+                        s.handoff_queued
+                            .ran(&self.dev.counters.tx_handoff_delay_max_us);
+                    }
+                }
+                // Free before bottom halves come back on: the softirq that then receives what
+                // was sent (on a veth, on this CPU) sends what it builds itself. Held, it
+                // would leave that to this context, which then loops for as long as the
+                // stream flows, and stalls the stream whenever it is preempted. Freed before
+                // the hand-off is queued, which could otherwise find the stream busy and
+                // leave.
+                s.busy.store(false, Ordering::SeqCst);
+                match res {
+                    Ok(_) => true,
+                    Err(cpu) => {
+                        self.hand_off(requests, cpu);
+                        false
+                    }
+                }
             });
             if !sent {
                 return;

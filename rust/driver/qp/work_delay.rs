@@ -23,10 +23,14 @@ impl QueuedAt {
         }
     }
 
-    /// The work item runs: raises `max` (microseconds) to its wait. A queuing that happens
-    /// after the workqueue took the item and before this call is not measured, so `max` is a
-    /// lower bound.
+    /// The work item runs (or, for a hand-off, the stream is sent): raises `max`
+    /// (microseconds) to its wait. A queuing that happens after the workqueue took the item
+    /// and before this call is not measured, so `max` is a lower bound. Looks before it
+    /// writes: most calls find nothing noted.
     pub(super) fn ran(&self, max: &AtomicU64) {
+        if self.0.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let t = self.0.swap(0, Ordering::Relaxed);
         if t != 0 {
             max.fetch_max(now_ns().saturating_sub(t) / 1000, Ordering::Relaxed);
