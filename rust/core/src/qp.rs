@@ -7,9 +7,9 @@
 //! through [`Outputs`]; memory is reached only through [`Memory`].
 //!
 //! Driving a QP: call [`Qp::progress`] after every `post_send`, `receive`, `timer_expired` and
-//! `modify` (it sends queued RDMA Read responses and ACKs first, then requests), as often as it
-//! keeps returning a full budget. ACKs and NAKs are emitted directly from `receive` unless they
-//! must wait behind read responses.
+//! `modify` (it sends queued RDMA Read responses and ACKs first, then requests), again while
+//! it returns a full budget and [`Qp::transmit_pending`] says more may go. ACKs and NAKs are
+//! emitted directly from `receive` unless they must wait behind read responses.
 //!
 //! RC is implemented in full; UC reuses the same logic without ACKs, credits or retries (a lost
 //! packet drops the message); UD sends single-packet datagrams with a DETH and checks the Q_Key.
@@ -904,6 +904,15 @@ where
         }
         let o = self.sq.on_timer(now, which, out);
         self.handle_sq(now, o, out);
+    }
+
+    /// Whether a [`Qp::progress`] call may have more to send now: responses or ACKs waiting,
+    /// or requests that nothing holds ([`SqLogic::may_send`]). `false` means the next call
+    /// sends nothing: a pass that used its whole budget needs no second one, and what waits
+    /// for an ACK, a credit or a timer goes when that comes.
+    pub fn transmit_pending(&self) -> bool {
+        (self.sm.rq_processes_inbound() && self.rq.has_pending_responses())
+            || (self.sm.sq_continues_in_flight() && self.sq.may_send())
     }
 
     /// Transmits what may go now, at most `budget` packets: responder responses first, then

@@ -391,6 +391,17 @@ where
         self.rnr_left = self.cfg.rnr_retry.min(7);
     }
 
+    /// Whether [`SqLogic::transmit`] may send a packet now: WQEs have packets not yet sent (new
+    /// or, after a rewind, again), and neither a CQ overflow, an RNR wait nor a full window
+    /// holds them. What a full window holds goes when an ACK reopens it, or on the transport
+    /// timer; an RNR wait ends on its timer. Other limits (credits, outstanding Reads and
+    /// atomics, a fence) are not looked at: `true` only means that a pass may send.
+    pub fn may_send(&self) -> bool {
+        let window_full =
+            self.next_psn != self.una && self.next_psn.distance_from(self.una) >= self.cwnd;
+        self.send != self.tail && !self.frozen && self.rnr_until.is_none() && !window_full
+    }
+
     /// Number of WQEs posted and not yet retired.
     pub fn outstanding(&self) -> u64 {
         self.tail.wrapping_sub(self.head)

@@ -672,9 +672,12 @@ impl QpShared {
             self.dev.counters.fold(&now_c, &mut inner.last_counters);
         }
         inner.timers.rearm(self, now);
-        // WQEs left in the ring for want of send slots that the entry (an ACK) has since freed
-        // are taken by the work item: the pull above came before it.
-        let more = sent >= WORK_BUDGET || inner.user.sq_waits(&inner.core);
+        // A pass that used its whole budget goes on in the work item only if more may go now
+        // (what waits for an ACK or a timer goes when that comes). WQEs left in the ring for
+        // want of send slots that the entry (an ACK) has since freed are taken by the work
+        // item: the pull above came before it.
+        let more = (sent >= WORK_BUDGET && inner.core.transmit_pending())
+            || inner.user.sq_waits(&inner.core);
         (more, need_route)
     }
 

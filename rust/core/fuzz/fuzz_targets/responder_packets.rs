@@ -888,6 +888,10 @@ impl Driver {
                     transmitted <= n,
                     "progress transmitted {transmitted}, said {n}"
                 );
+                if n >= BUDGET && !d.qp.transmit_pending() {
+                    let again = d.qp.progress(d.now, BUDGET, &mut d.mem, &mut d.out);
+                    assert_eq!(again, 0, "transmit_pending said nothing was left");
+                }
                 n
             });
             if n < BUDGET {

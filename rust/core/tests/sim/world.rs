@@ -886,7 +886,13 @@ impl Sim {
             for i in 0..2 {
                 let now = self.now;
                 let n = &mut self.nodes[i];
-                sent += n.qp.progress(now, 64, &mut n.mem, &mut n.out);
+                let k = n.qp.progress(now, 64, &mut n.mem, &mut n.out);
+                // A driver stops at a full budget once nothing is pending: nothing may be left.
+                if k >= 64 && !n.qp.transmit_pending() {
+                    let again = n.qp.progress(now, 64, &mut n.mem, &mut n.out);
+                    assert_eq!(again, 0, "transmit_pending said nothing was left");
+                }
+                sent += k;
             }
             let posted = self.drive_posts();
             self.flush_tx();
