@@ -909,7 +909,7 @@ where
     /// Whether a [`Qp::progress`] call may have more to send now: responses or ACKs waiting,
     /// or requests that nothing holds ([`SqLogic::may_send`]). `false` means the next call
     /// sends nothing: a pass that used its whole budget needs no second one, and what waits
-    /// for an ACK, a credit or a timer goes when that comes.
+    /// for an ACK or a timer goes when that comes.
     pub fn transmit_pending(&self) -> bool {
         (self.sm.rq_processes_inbound() && self.rq.has_pending_responses())
             || (self.sm.sq_continues_in_flight() && self.sq.may_send())
