@@ -145,6 +145,10 @@ pub struct RqLogic<R, G> {
     /// for a duplicate is one the requester already counted, so only those from here on
     /// hold a place of `max_dest_rd_atomic`.
     pub(crate) res_fresh: u64,
+    /// First resource whose responses wait for the requester to ask for them again: set by a
+    /// duplicate RDMA Read that asks for part of what is left of its read (see
+    /// `RqLogic::reschedule`).
+    pub(crate) res_hold: Option<u64>,
     pub(crate) pending_ack: Option<AckItem>,
     pkts_since_ack: u32,
     peer_may_stall: bool,
@@ -226,6 +230,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
             res_tail: 0,
             res_send: 0,
             res_fresh: 0,
+            res_hold: None,
             pending_ack: None,
             pkts_since_ack: 0,
             peer_may_stall: false,
@@ -251,6 +256,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         self.res_tail = 0;
         self.res_send = 0;
         self.res_fresh = 0;
+        self.res_hold = None;
         self.pending_ack = None;
         self.pkts_since_ack = 0;
         self.peer_may_stall = false;

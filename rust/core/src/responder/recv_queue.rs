@@ -193,6 +193,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         self.cur = None;
         self.res_send = self.res_tail;
         self.res_fresh = self.res_tail;
+        self.res_hold = None;
         self.pending_ack = None;
         RqOutcome::Ok
     }

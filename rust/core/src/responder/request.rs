@@ -108,6 +108,18 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                     self.silent_drop();
                     return;
                 };
+                // A requester asks again from the first response it misses, which never moves
+                // back: a duplicate from before where the last one asked is a stale copy (the
+                // network's, or one overtaken), and answering it would send again what has
+                // arrived (rdma_rxe drops these too).
+                if self
+                    .res
+                    .get(res_slot(c))
+                    .is_some_and(|r| psn.is_before(r.psn))
+                {
+                    self.silent_drop();
+                    return;
+                }
                 match reth_check(mem, &reth, ACCESS_REMOTE_READ) {
                     Ok(()) => {}
                     Err(MemError::NotPresent) => {
@@ -120,6 +132,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                     }
                 }
                 let i = res_slot(c);
+                let mut partial = false;
                 if let Some(r) = self.res.get_mut(i) {
                     r.psn = psn;
                     r.kind = ResKind::Read {
@@ -128,8 +141,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                         len: reth.dma_len,
                         sent: 0,
                     };
+                    let end = r.base_psn.add(r.base_npsn);
+                    partial = psn
+                        .add(npackets(reth.dma_len, self.cfg.mtu.max(1)))
+                        .is_before(end);
                 }
-                self.reschedule(c);
+                self.reschedule(c, partial);
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 // Replay the saved result; an atomic never executes twice. No saved result:
@@ -137,7 +154,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                 let found = self
                     .find_resource(|r| matches!(r.kind, ResKind::Atomic { .. }) && r.psn == psn);
                 match found {
-                    Some(c) => self.reschedule(c),
+                    Some(c) => self.reschedule(c, false),
                     None => {
                         self.silent_drop();
                     }
@@ -148,7 +165,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                 // replays both alike); none kept: class D, dropped.
                 let found = self.find_resource(|r| r.kind == ResKind::Placed && r.psn == psn);
                 match found {
-                    Some(c) => self.reschedule(c),
+                    Some(c) => self.reschedule(c, false),
                     None => {
                         self.silent_drop();
                     }

@@ -81,7 +81,8 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     pub fn transmit<O: Outputs>(&mut self, budget: usize, ctx: &RxCtx<'_>, out: &mut O) -> usize {
         let mut sent = 0;
         let mtu = self.cfg.mtu.max(1);
-        while sent < budget && self.res_send != self.res_tail {
+        let end = self.res_end();
+        while sent < budget && self.res_send != end {
             let i = res_slot(self.res_send);
             let Some(r) = self.res.get(i).copied() else {
                 break;
@@ -176,7 +177,16 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
 
     /// True when responses are waiting to be sent.
     pub fn has_pending_responses(&self) -> bool {
-        self.res_send != self.res_tail || self.pending_ack.is_some()
+        self.res_send != self.res_end()
+            || (self.pending_ack.is_some() && self.res_send == self.res_tail)
+    }
+
+    /// Where the responses that may go now end: the held resource, or the tail.
+    fn res_end(&self) -> u64 {
+        match self.res_hold {
+            Some(h) if h >= self.res_send && h < self.res_tail => h,
+            _ => self.res_tail,
+        }
     }
 
     /// Resources in use: those not yet answered once (responses sent again for a duplicate
@@ -202,6 +212,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         if self.res_send < oldest_kept {
             self.res_send = oldest_kept;
             self.res_fresh = self.res_fresh.max(oldest_kept);
+            if self.res_hold.is_some_and(|h| h < oldest_kept) {
+                self.res_hold = None;
+            }
         }
         let i = res_slot(self.res_tail);
         let ack_before = self.pending_ack.take();
@@ -234,8 +247,15 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         None
     }
 
-    /// Makes resource `c` (and every later one) be sent again.
-    pub(crate) fn reschedule(&mut self, c: u64) {
+    /// Makes resource `c` be sent again, and every later one after it, at once unless
+    /// `partial`: a duplicate RDMA Read that asks for part of what is left of its read. A
+    /// requester that asks for part of a read comes back for the rest before it takes any later
+    /// response (it drops responses out of PSN order and asks again from the first one
+    /// missing), so the later responses would all be dropped, and each request for the next
+    /// part would send them again. They wait for their own duplicates instead. rdma_rxe's
+    /// requester always asks for the whole rest.
+    pub(crate) fn reschedule(&mut self, c: u64, partial: bool) {
+        self.res_hold = partial.then(|| c.wrapping_add(1));
         let pending = self.res_tail.wrapping_sub(self.res_send);
         let back = self.res_tail.wrapping_sub(c);
         if back > pending {

@@ -85,6 +85,9 @@ pub struct Config {
     /// Node 0's initial ACK never reaches node 1 (node 1 was not yet in RTR when it came), so
     /// node 1's requester starts without knowing node 0's credits.
     pub lose_initial_ack: bool,
+    /// Node 0 posts only RDMA Reads, each `max_len` bytes long (an NVMe-oF target fetching the
+    /// data of large writes).
+    pub reads_only: bool,
     pub trace: bool,
 }
 
@@ -174,6 +177,7 @@ impl Config {
             timeout: 8, // ~1 ms
             srq: false,
             lose_initial_ack: false,
+            reads_only: false,
             trace: false,
         }
     }
@@ -524,7 +528,14 @@ impl Sim {
             } else {
                 op
             };
-            let len = if r.chance(100) {
+            let op = if self.cfg.reads_only {
+                SendOpcode::RdmaRead
+            } else {
+                op
+            };
+            let len = if self.cfg.reads_only {
+                max_len
+            } else if r.chance(100) {
                 0
             } else {
                 r.below(max_len as u64 + 1) as u32

@@ -507,3 +507,86 @@ fn seed001_resent_responses_hold_no_responder_resource() {
     assert_eq!(d.state(1), QpState::Rts);
     assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 1);
 }
+
+/// The responses a responder sent, as (opcode, PSN, payload length).
+fn responses(p: &[(Headers, Vec<u8>, u8)]) -> Vec<(Opcode, u32, usize)> {
+    p.iter()
+        .map(|(h, pl, _)| (h.bth.opcode, h.bth.psn.value(), pl.len()))
+        .collect()
+}
+
+/// Seed 001 (duplicates answered again), IBA 9.7.5.1.5: a duplicate RDMA Read that asks for
+/// part of what is left of its read (a requester resuming it a window at a time) is answered
+/// for that part only. The reads after it, answered already, go again when their own
+/// duplicates come: a requester takes no later response before the rest of this read. A
+/// duplicate that asks for the whole rest sends everything after it again at once.
+#[test]
+fn seed001_partial_duplicate_read_holds_the_reads_after_it() {
+    let mut d = Duo::responder(0);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 1400]);
+    let read = |psn: u32, off: u64, len: u32| {
+        req_reth(Opcode::RcRdmaReadRequest, psn, RMT, RMT_VA + off, len)
+    };
+    // Four packets, then two.
+    d.deliver(1, &read(PSN_A, 0, 1024), &[], 1);
+    d.deliver(1, &read(PSN_A + 4, 1024, 300), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 6);
+    // The second response of the first read was lost; the requester asks for it alone.
+    d.deliver(1, &read(PSN_A + 1, 256, 256), &[], 1);
+    d.progress(1);
+    let only = (Opcode::RcRdmaReadResponseOnly, PSN_A + 1, 256);
+    assert_eq!(responses(&d.take(1)), vec![only]);
+    assert!(
+        !d.e[1].qp.transmit_pending(),
+        "the second read waits for its duplicate"
+    );
+    // Then for the whole rest: the rest and the second read go at once.
+    d.deliver(1, &read(PSN_A + 2, 512, 512), &[], 1);
+    d.progress(1);
+    let expect = vec![
+        (Opcode::RcRdmaReadResponseFirst, PSN_A + 2, 256),
+        (Opcode::RcRdmaReadResponseLast, PSN_A + 3, 256),
+        (Opcode::RcRdmaReadResponseFirst, PSN_A + 4, 256),
+        (Opcode::RcRdmaReadResponseLast, PSN_A + 5, 44),
+    ];
+    assert_eq!(responses(&d.take(1)), expect);
+    // Another part of the first read holds the second again; the second's duplicate releases it.
+    d.deliver(1, &read(PSN_A + 2, 512, 256), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 1);
+    d.deliver(1, &read(PSN_A + 4, 1024, 300), &[], 1);
+    d.progress(1);
+    assert_eq!(responses(&d.take(1)), expect[2..].to_vec());
+    assert_eq!(d.state(1), QpState::Rts);
+}
+
+/// Seed 001, class D: a duplicate RDMA Read from before where the last duplicate of that read
+/// asked is a stale copy (a requester asks again from the first response it misses, which
+/// never moves back): silently dropped, not answered (rdma_rxe drops these too).
+#[test]
+fn seed001_stale_duplicate_read_is_dropped() {
+    let mut d = Duo::responder(0);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 1024]);
+    let read = |psn: u32, off: u64, len: u32| {
+        req_reth(Opcode::RcRdmaReadRequest, psn, RMT, RMT_VA + off, len)
+    };
+    d.deliver(1, &read(PSN_A, 0, 1024), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 4);
+    d.deliver(1, &read(PSN_A + 2, 512, 512), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 2);
+    let drops = d.e[1].qp.counters().rq.silent_drops;
+    // A late copy of the whole read, and one of an earlier part: nothing goes.
+    d.deliver(1, &read(PSN_A, 0, 1024), &[], 1);
+    d.deliver(1, &read(PSN_A + 1, 256, 768), &[], 1);
+    d.progress(1);
+    assert!(d.take(1).is_empty());
+    assert_eq!(d.e[1].qp.counters().rq.silent_drops, drops + 2);
+    // The same part again (the requester's retry after a timeout) is answered.
+    d.deliver(1, &read(PSN_A + 2, 512, 512), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 2);
+    assert_eq!(d.state(1), QpState::Rts);
+}
