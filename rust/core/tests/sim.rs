@@ -33,6 +33,15 @@ fn run_seed(seed: u64, trace: bool) -> (Result<(), String>, u64, Sim) {
     (r, steps, sim)
 }
 
+/// The seeds a test runs: `all`, or only the one environment variable `var` names, replayed
+/// with a trace (the second value).
+fn seeds_or_replay(var: &str, all: std::ops::Range<u64>) -> (std::ops::Range<u64>, bool) {
+    match std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+        Some(s) => (s..s + 1, true),
+        None => (all, false),
+    }
+}
+
 /// Bulk traffic (messages up to 1 MiB, 16 in flight each way) through a netem-like bottleneck
 /// with loss, duplication and reordering, and the 67 ms local ACK timeout of the stock tools:
 /// every message arrives intact, and go-back-N stays bounded: after a timeout the requester
@@ -41,15 +50,12 @@ fn run_seed(seed: u64, trace: bool) -> (Result<(), String>, u64, Sim) {
 /// ended in RETRY_EXC_ERR). `SIM_BULK_SEED=n` replays one seed with a trace.
 #[test]
 fn sim_bulk_through_a_bottleneck() {
-    let one = std::env::var("SIM_BULK_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok());
-    let seeds = one.map_or(0..6, |s| s..s + 1);
+    let (seeds, replay) = seeds_or_replay("SIM_BULK_SEED", 0..6);
     let (mut sent, mut resent) = (0u64, 0u64);
     for seed in seeds {
         let max_len = if seed % 2 == 0 { 1 << 20 } else { 256 << 10 };
         let mut cfg = Config::bulk(seed, max_len);
-        cfg.trace = one.is_some();
+        cfg.trace = replay;
         let mut sim = Sim::new(cfg);
         let r = sim.run();
         for l in &sim.trace {
@@ -81,10 +87,7 @@ fn sim_bulk_through_a_bottleneck() {
 /// `SIM_READS_SEED=n` replays one seed with a trace.
 #[test]
 fn sim_reads_through_loss() {
-    let one = std::env::var("SIM_READS_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok());
-    let seeds = one.map_or(0..4, |s| s..s + 1);
+    let (seeds, replay) = seeds_or_replay("SIM_READS_SEED", 0..4);
     let (mut sent, mut needed) = (0u64, 0u64);
     for seed in seeds {
         let mut cfg = Config::bulk(seed, 1 << 20);
@@ -100,7 +103,7 @@ fn sim_reads_through_loss() {
             reorder: 0,
             lanes: 1,
         });
-        cfg.trace = one.is_some();
+        cfg.trace = replay;
         let mut sim = Sim::new(cfg);
         let r = sim.run();
         for l in &sim.trace {
@@ -164,13 +167,10 @@ fn clean_slow_link(seed: u64, max_len: u32, limit: u64, lanes: usize) -> Config 
 /// other; no loss. `SIM_SLOW_SEED=n` replays one seed with a trace.
 #[test]
 fn sim_bulk_on_a_slow_two_cpu_host() {
-    let one = std::env::var("SIM_SLOW_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok());
-    let seeds = one.map_or(0..4, |s| s..s + 1);
+    let (seeds, replay) = seeds_or_replay("SIM_SLOW_SEED", 0..4);
     for seed in seeds {
         let mut cfg = clean_slow_link(seed, 1 << 20, 1000, 2);
-        cfg.trace = one.is_some();
+        cfg.trace = replay;
         let (r, c) = run_traced(cfg);
         println!(
             "slow seed {seed}: {r:?}: {} of {} request packets resent, {} timeouts, {} \
@@ -273,14 +273,11 @@ fn sim_random_seeds() {
 /// completes, none with RETRY_EXC_ERR. `SIM_SRQ_SEED=n` replays one seed with a trace.
 #[test]
 fn sim_srq_both_ways_without_initial_credits() {
-    let one = std::env::var("SIM_SRQ_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok());
     let n: u64 = std::env::var("SIM_SRQ_SEEDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    let seeds = one.map_or(0..n, |s| s..s + 1);
+    let (seeds, replay) = seeds_or_replay("SIM_SRQ_SEED", 0..n);
     for seed in seeds {
         let mut cfg = clean_slow_link(
             seed,
@@ -290,7 +287,7 @@ fn sim_srq_both_ways_without_initial_credits() {
         );
         cfg.srq = true;
         cfg.lose_initial_ack = true;
-        cfg.trace = one.is_some();
+        cfg.trace = replay;
         let (r, c) = run_traced(cfg);
         assert!(
             r.is_ok(),

@@ -508,6 +508,11 @@ fn seed001_resent_responses_hold_no_responder_resource() {
     assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 1);
 }
 
+/// An RDMA Read request at `psn` for `len` bytes at offset `off` of the remote MR.
+fn read_at(psn: u32, off: u64, len: u32) -> Headers {
+    req_reth(Opcode::RcRdmaReadRequest, psn, RMT, RMT_VA + off, len)
+}
+
 /// The responses a responder sent, as (opcode, PSN, payload length).
 fn responses(p: &[(Headers, Vec<u8>, u8)]) -> Vec<(Opcode, u32, usize)> {
     p.iter()
@@ -524,16 +529,13 @@ fn responses(p: &[(Headers, Vec<u8>, u8)]) -> Vec<(Opcode, u32, usize)> {
 fn seed001_partial_duplicate_read_holds_the_reads_after_it() {
     let mut d = Duo::responder(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 1400]);
-    let read = |psn: u32, off: u64, len: u32| {
-        req_reth(Opcode::RcRdmaReadRequest, psn, RMT, RMT_VA + off, len)
-    };
     // Four packets, then two.
-    d.deliver(1, &read(PSN_A, 0, 1024), &[], 1);
-    d.deliver(1, &read(PSN_A + 4, 1024, 300), &[], 1);
+    d.deliver(1, &read_at(PSN_A, 0, 1024), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 4, 1024, 300), &[], 1);
     d.progress(1);
     assert_eq!(d.take(1).len(), 6);
     // The second response of the first read was lost; the requester asks for it alone.
-    d.deliver(1, &read(PSN_A + 1, 256, 256), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 1, 256, 256), &[], 1);
     d.progress(1);
     let only = (Opcode::RcRdmaReadResponseOnly, PSN_A + 1, 256);
     assert_eq!(responses(&d.take(1)), vec![only]);
@@ -542,7 +544,7 @@ fn seed001_partial_duplicate_read_holds_the_reads_after_it() {
         "the second read waits for its duplicate"
     );
     // Then for the whole rest: the rest and the second read go at once.
-    d.deliver(1, &read(PSN_A + 2, 512, 512), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 2, 512, 512), &[], 1);
     d.progress(1);
     let expect = vec![
         (Opcode::RcRdmaReadResponseFirst, PSN_A + 2, 256),
@@ -552,10 +554,10 @@ fn seed001_partial_duplicate_read_holds_the_reads_after_it() {
     ];
     assert_eq!(responses(&d.take(1)), expect);
     // Another part of the first read holds the second again; the second's duplicate releases it.
-    d.deliver(1, &read(PSN_A + 2, 512, 256), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 2, 512, 256), &[], 1);
     d.progress(1);
     assert_eq!(d.take(1).len(), 1);
-    d.deliver(1, &read(PSN_A + 4, 1024, 300), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 4, 1024, 300), &[], 1);
     d.progress(1);
     assert_eq!(responses(&d.take(1)), expect[2..].to_vec());
     assert_eq!(d.state(1), QpState::Rts);
@@ -568,24 +570,21 @@ fn seed001_partial_duplicate_read_holds_the_reads_after_it() {
 fn seed001_stale_duplicate_read_is_dropped() {
     let mut d = Duo::responder(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 1024]);
-    let read = |psn: u32, off: u64, len: u32| {
-        req_reth(Opcode::RcRdmaReadRequest, psn, RMT, RMT_VA + off, len)
-    };
-    d.deliver(1, &read(PSN_A, 0, 1024), &[], 1);
+    d.deliver(1, &read_at(PSN_A, 0, 1024), &[], 1);
     d.progress(1);
     assert_eq!(d.take(1).len(), 4);
-    d.deliver(1, &read(PSN_A + 2, 512, 512), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 2, 512, 512), &[], 1);
     d.progress(1);
     assert_eq!(d.take(1).len(), 2);
     let drops = d.e[1].qp.counters().rq.silent_drops;
     // A late copy of the whole read, and one of an earlier part: nothing goes.
-    d.deliver(1, &read(PSN_A, 0, 1024), &[], 1);
-    d.deliver(1, &read(PSN_A + 1, 256, 768), &[], 1);
+    d.deliver(1, &read_at(PSN_A, 0, 1024), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 1, 256, 768), &[], 1);
     d.progress(1);
     assert!(d.take(1).is_empty());
     assert_eq!(d.e[1].qp.counters().rq.silent_drops, drops + 2);
     // The same part again (the requester's retry after a timeout) is answered.
-    d.deliver(1, &read(PSN_A + 2, 512, 512), &[], 1);
+    d.deliver(1, &read_at(PSN_A + 2, 512, 512), &[], 1);
     d.progress(1);
     assert_eq!(d.take(1).len(), 2);
     assert_eq!(d.state(1), QpState::Rts);
