@@ -39,11 +39,11 @@ NETEM=(loss 1%)
 FIO_JOBS=("bs4k 4k 16M 4M" "bs64k 64k 32M 16M" "bs1m 1m 64M 32M")
 # Through the loss, a quarter as much in 1 MiB blocks: at iodepth 32 those put the whole job in
 # flight at once, and the last command waits for all the others. Through 1% loss every 1 MiB
-# (1,024 packets at the veth's MTU) loses about ten packets, and each loss sends the reads queued
-# behind it again (go-back-N): under TCG that moved 1.6 MB/s in a passing run on a slow host, so
-# 32 MiB in flight came close to the NVMe host's I/O timeout and once passed it; 8 MiB does not. The small blocks keep
-# their sizes: the many short messages are where the lost last packets are, which only the
-# transport timer finds.
+# (1,024 packets at the veth's MTU) loses about ten packets, and each loss wastes the responses
+# already queued behind it (go-back-N): under TCG that moved 1.6 MB/s in a passing run on a slow
+# host, so 32 MiB in flight came close to the NVMe host's I/O timeout, and once passed it; 8 MiB
+# does not. The small blocks keep their sizes: the many short messages are where the lost last
+# packets are, which only the transport timer finds.
 LOSSY_JOBS=("bs4k 4k 16M 4M" "bs64k 64k 32M 16M" "bs1m 1m 64M 8M")
 FIO_TIMEOUT=${FIO_TIMEOUT:-150}
 # The NVMe host's I/O timeout (nvme_core's 30 s) is a time limit on a data transfer: it scales
