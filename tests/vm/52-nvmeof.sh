@@ -74,7 +74,8 @@ main() {
 	IO_TIMEOUT0=$(cat /sys/module/nvme_core/parameters/io_timeout)
 	echo "$NVME_IO_TIMEOUT" >/sys/module/nvme_core/parameters/io_timeout ||
 		fail_rest "cannot set nvme_core's io_timeout"
-	diag "fio jobs ${FIO_JOBS[*]} (through the loss: ${LOSSY_JOBS[*]}), nvme io_timeout ${NVME_IO_TIMEOUT} s"
+	diag "fio jobs ${FIO_JOBS[*]} (through the loss: ${LOSSY_JOBS[*]})," \
+		"nvme io_timeout ${NVME_IO_TIMEOUT} s"
 	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config ||
 		fail_rest "configfs cannot be mounted"
 	[ -d "$CFG" ] || fail_rest "no $CFG: the kernel has no NVMe target"

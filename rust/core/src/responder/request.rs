@@ -108,15 +108,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                     self.silent_drop();
                     return;
                 };
+                let i = res_slot(c);
                 // A requester asks again from the first response it misses, which never moves
                 // back: a duplicate from before where the last one asked is a stale copy (the
                 // network's, or one overtaken), and answering it would send again what has
                 // arrived (rdma_rxe drops these too).
-                if self
-                    .res
-                    .get(res_slot(c))
-                    .is_some_and(|r| psn.is_before(r.psn))
-                {
+                if self.res.get(i).is_some_and(|r| psn.is_before(r.psn)) {
                     self.silent_drop();
                     return;
                 }
@@ -131,7 +128,6 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                         return;
                     }
                 }
-                let i = res_slot(c);
                 let mut partial = false;
                 if let Some(r) = self.res.get_mut(i) {
                     r.psn = psn;
