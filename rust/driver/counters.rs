@@ -166,6 +166,9 @@ counters! {
     /// last batch, see `qp::transmit`) between being queued and either running or the stream
     /// being sent by another context, in microseconds.
     tx_handoff_delay_max_us,
+    /// Longest wait of a QP's timer work item between its timer firing and its run, in
+    /// microseconds (see `qp::timers`).
+    timer_delay_max_us,
     /// On-demand-paging ranges faulted in because a packet or WQE found them not resident.
     odp_faults,
     /// Packets dropped while their QP waited for on-demand-paging memory (too many kept, or no

@@ -281,9 +281,14 @@ pub struct QpShared {
     /// Waits on another CPU for a doorbell's signaled Read or atomic (see [`linger`]).
     #[pin]
     linger_work: Work<QpShared, 6>,
-    /// When `work` and `rx_work` were queued (for the device's delay counters).
+    /// Runs expired timers, at high priority (see [`timers`]): under load a lost packet's
+    /// recovery must not wait behind the ordinary work of every QP.
+    #[pin]
+    timer_work: Work<QpShared, 8>,
+    /// When `work`, `rx_work` and `timer_work` were queued (for the device's delay counters).
     work_queued: work_delay::QueuedAt,
     rx_work_queued: work_delay::QueuedAt,
+    timer_work_queued: work_delay::QueuedAt,
     #[pin]
     timer: HrTimer<QpShared>,
 }
@@ -296,6 +301,7 @@ kernel::impl_has_work! {
     impl HasWork<Self, 4> for QpShared { self.rx_work }
     impl HasWork<Self, 6> for QpShared { self.linger_work }
     impl HasWork<Self, 7> for QpShared { self.rx_any_work }
+    impl HasWork<Self, 8> for QpShared { self.timer_work }
 }
 
 kernel::impl_has_delayed_work! {
@@ -307,11 +313,17 @@ impl WorkItem for QpShared {
 
     fn run(this: Arc<QpShared>) {
         this.work_queued.ran(&this.dev.counters.work_delay_max_us);
-        let route = this.inner.lock().paths.lookup_due();
-        if route {
-            this.refresh_routes();
-        }
-        let _ = this.drive(Entry::Work);
+        this.run_work();
+    }
+}
+
+impl WorkItem<8> for QpShared {
+    type Pointer = Arc<QpShared>;
+
+    fn run(this: Arc<QpShared>) {
+        this.timer_work_queued
+            .ran(&this.dev.counters.timer_delay_max_us);
+        this.run_work();
     }
 }
 
@@ -412,6 +424,23 @@ impl QpShared {
     pub(super) fn schedule(self: &Arc<Self>) {
         self.work_queued.mark();
         let _ = workqueue::queue().enqueue::<_, 0>(self.clone());
+    }
+
+    /// Queues the work item that runs expired timers, at high priority (a no-op if it is
+    /// queued already). Any context.
+    pub(super) fn schedule_timers(self: &Arc<Self>) {
+        self.timer_work_queued.mark();
+        let _ = workqueue::any_cpu_queue().enqueue::<_, 8>(self.clone());
+    }
+
+    /// What the QP's work items do: the route lookups that are due, then a drive that runs
+    /// the expired timers and whatever else waits (process context).
+    fn run_work(self: &Arc<Self>) {
+        let route = self.inner.lock().paths.lookup_due();
+        if route {
+            self.refresh_routes();
+        }
+        let _ = self.drive(Entry::Work);
     }
 
     /// The common driving loop: process context or softirq (received packets are handled
@@ -792,6 +821,7 @@ fn destroy(qp: Arc<QpShared>) {
     drop(sq);
     drop(rq);
     workqueue::flush_work::<_, 0>(&*qp);
+    workqueue::flush_work::<_, 8>(&*qp);
     // After this no receive path holds the QP (each found it in the table before it left), and
     // none queues a packet or the receive queue's work any more.
     qp.dev.free_qpn(qp.qpn, qp.port);

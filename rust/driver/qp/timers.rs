@@ -2,8 +2,9 @@
 
 //! A QP's timers: the protocol core's retransmit and RNR timers and the user-ring poll, kept as
 //! a table of deadlines served by one hrtimer armed for the earliest. The hrtimer fires in
-//! softirq context and only queues the QP's work item, which runs the expired timers under the
-//! QP lock (see [`super::QpShared::drive`]).
+//! softirq context and only queues a work item, which runs the expired timers under the QP lock
+//! (see [`super::QpShared::drive`]). That item runs at high priority: on a loaded host an
+//! ordinary worker can wait seconds for a CPU, and a lost packet's recovery waits with it.
 
 use super::QpShared;
 use crate::rvcore::events::Timer;
@@ -119,7 +120,7 @@ impl HrTimerCallback for QpShared {
 
     fn run(this: ArcBorrow<'_, Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
         // Softirq: only schedule the work item, which does the protocol work.
-        Arc::<QpShared>::from(this).schedule();
+        Arc::<QpShared>::from(this).schedule_timers();
         HrTimerRestart::NoRestart
     }
 }

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! How long a QP's work items wait between being queued and running: the device keeps the
-//! longest wait seen (`work_delay_max_us`, `rx_queue_delay_max_us`, `tx_handoff_delay_max_us`).
-//! A wait near the Local ACK Timeout is how a busy host turns a clean link into
-//! retransmissions.
+//! longest wait seen (`work_delay_max_us`, `rx_queue_delay_max_us`, `tx_handoff_delay_max_us`,
+//! `timer_delay_max_us`). A wait near the Local ACK Timeout is how a busy host turns a clean
+//! link into retransmissions.
 
 use crate::sync::clock::now_ns;
 use core::sync::atomic::{AtomicU64, Ordering};
