@@ -46,16 +46,21 @@ FIO_JOBS=("bs4k 4k 16M 4M" "bs64k 64k 32M 16M" "bs1m 1m 64M 32M")
 # packets are, which only the transport timer finds.
 LOSSY_JOBS=("bs4k 4k 16M 4M" "bs64k 64k 32M 16M" "bs1m 1m 64M 8M")
 FIO_TIMEOUT=${FIO_TIMEOUT:-150}
-# The NVMe host's I/O timeout (nvme_core's 30 s) is a time limit on a data transfer: it scales
+# The NVMe host's I/O timeout (nvme_core's 30 s) and its Keep Alive timeout (the 5 s default of
+# `nvme connect`, for each Keep Alive's round trip) are time limits on a transfer: they scale
 # with RVRDMA_TIME_SCALE like the others. The debug kernel (KASAN, lockdep) moves about 0.5 MB/s
 # under TCG: there every job writes a quarter as much, with the same block sizes and queue depth,
-# and the host waits longer for each command.
+# and the host waits ten times as long for each command. A Keep Alive lost to netem waits for
+# the transport timer (about 0.5 s as rdma_cm sets it), which a busy debug guest serves seconds
+# late.
 NVME_IO_TIMEOUT=$((30 * ${RVRDMA_TIME_SCALE:-1}))
+NVME_KATO=$((5 * ${RVRDMA_TIME_SCALE:-1}))
 if [ "${RVRDMA_DEBUG:-0}" = 1 ]; then
 	FIO_JOBS=("bs4k 4k 16M 1M" "bs64k 64k 32M 4M" "bs1m 1m 64M 8M")
 	LOSSY_JOBS=("${FIO_JOBS[@]}")
 	FIO_TIMEOUT=$((FIO_TIMEOUT * ${RVRDMA_TIME_SCALE:-4}))
 	NVME_IO_TIMEOUT=300
+	NVME_KATO=50
 fi
 # Counters shown after the faults; the first two must grow, the third must not.
 COUNTERS=(retransmitted_pkts transport_timeouts retry_exceeded_err seq_naks_sent rcvd_seq_err
@@ -75,7 +80,7 @@ main() {
 	echo "$NVME_IO_TIMEOUT" >/sys/module/nvme_core/parameters/io_timeout ||
 		fail_rest "cannot set nvme_core's io_timeout"
 	diag "fio jobs ${FIO_JOBS[*]} (through the loss: ${LOSSY_JOBS[*]})," \
-		"nvme io_timeout ${NVME_IO_TIMEOUT} s"
+		"nvme io_timeout ${NVME_IO_TIMEOUT} s, keep-alive ${NVME_KATO} s"
 	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config ||
 		fail_rest "configfs cannot be mounted"
 	[ -d "$CFG" ] || fail_rest "no $CFG: the kernel has no NVMe target"
@@ -194,7 +199,7 @@ nvme_ctrl() {
 }
 
 host_connect() {
-	timeout 120 nvme connect -t rdma -a "$ADDR" -s 4420 -n "$NQN" || return 1
+	timeout 120 nvme connect -t rdma -a "$ADDR" -s 4420 -n "$NQN" -k "$NVME_KATO" || return 1
 	wait_for 30 nvme_dev || { nvme list; return 1; }
 	local dev
 	dev=$(nvme_dev) && echo "attached as $dev" && [ -b "$dev" ]
