@@ -820,8 +820,10 @@ fn destroy(qp: Arc<QpShared>) {
     // ib_core destroys the user context.
     drop(sq);
     drop(rq);
-    workqueue::flush_work::<_, 0>(&*qp);
+    // The timer item first: a run that began before `dead` may queue the QP's work item as it
+    // ends, and only the cancelled timer queues the timer item.
     workqueue::flush_work::<_, 8>(&*qp);
+    workqueue::flush_work::<_, 0>(&*qp);
     // After this no receive path holds the QP (each found it in the table before it left), and
     // none queues a packet or the receive queue's work any more.
     qp.dev.free_qpn(qp.qpn, qp.port);
