@@ -330,6 +330,11 @@ impl Drop for PinnedDevice {
     }
 }
 
+/// The length of the array behind `p`, read from its type (the pointer is not dereferenced).
+const fn array_len<E, const N: usize>(_p: *mut [E; N]) -> usize {
+    N
+}
+
 /// The ops table of driver `T` and its C trampolines.
 struct Ops<T>(PhantomData<T>);
 
@@ -341,6 +346,7 @@ impl<T: IbDriver> Ops<T> {
         query_pkey: Some(Self::query_pkey),
         get_link_layer: Some(Self::get_link_layer),
         get_netdev: Some(Self::get_netdev),
+        modify_device: Some(Self::modify_device),
         alloc_ucontext: Some(Self::alloc_ucontext),
         dealloc_ucontext: Some(Self::dealloc_ucontext),
         // With this op, removing the device (`rdma link delete`, the netdev going, rmmod)
@@ -425,6 +431,38 @@ impl<T: IbDriver> Ops<T> {
             unsafe { pkey.write(v) };
             Ok(0)
         })
+    }
+
+    /// `ib_modify_device`: the node description (written to sysfs `node_desc`), as rdma_rxe
+    /// takes it: the 64 bytes as given, not NUL-terminated when full. The system image GUID is
+    /// the port's EUI-64 and stays (`EOPNOTSUPP`), as every other flag.
+    ///
+    /// # Safety
+    ///
+    /// ib_core callback: `ibdev` is one of ours, `attr` is valid for reads.
+    unsafe extern "C" fn modify_device(
+        ibdev: *mut b::ib_device,
+        mask: c_int,
+        attr: *mut b::ib_device_modify,
+    ) -> c_int {
+        let node_desc = b::ib_device_modify_flags_IB_DEVICE_MODIFY_NODE_DESC;
+        if mask as u32 & !node_desc != 0 {
+            return crate::errno::eopnotsupp().to_errno();
+        }
+        if mask as u32 & node_desc == 0 {
+            return 0;
+        }
+        // SAFETY: `attr` is valid for reads for the call.
+        let desc = unsafe { (*attr).node_desc };
+        // SAFETY: `ibdev` is live; only the field's address is taken.
+        let dst = unsafe { core::ptr::addr_of_mut!((*ibdev).node_desc) };
+        for (i, c) in desc.iter().take(array_len(dst)).enumerate() {
+            // SAFETY: `i` is inside `node_desc`. ib_core reads the field without a lock (sysfs
+            // `node_desc`, bounded to its length), as it does for every driver: a reader racing
+            // a writer sees a mix of the two texts, never bytes outside the field.
+            unsafe { dst.cast::<u8>().add(i).write_volatile(*c) };
+        }
+        0
     }
 
     /// # Safety

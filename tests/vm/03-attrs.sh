@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Device and port attributes as stock rdma-core shows them (ibv_devices, ibv_devinfo -v), pkeys and
-# the RoCE v2 GID table in sysfs, and the GID table following the netdev's addresses.
+# Device and port attributes as stock rdma-core shows them (ibv_devices, ibv_devinfo -v), the
+# node description set through sysfs, pkeys and the RoCE v2 GID table in sysfs, and the GID table
+# following the netdev's addresses.
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 20
+ktap_set_plan 22
 dut_setup 1
 
 d=${DUT}0
@@ -55,6 +56,16 @@ mtu_follows() {
 	[ "$(active_mtu)" = "$want" ] || { echo "netdev mtu $1: active_mtu $(active_mtu), expected $want"; return 1; }
 }
 set_mtu() { in_a ip link set veth0 mtu "$1" && in_b ip link set veth1 mtu "$1"; }
+# node_desc in sysfs: a write goes through ib_modify_device (IB_DEVICE_MODIFY_NODE_DESC); the
+# description is up to 64 bytes, the rest of a longer write cut.
+ND=/sys/class/infiniband/$d/node_desc
+node_desc_set() {
+	local got
+	printf '%s' "$1" >"$ND" || return 1
+	got=$(cat "$ND")
+	[ "$got" = "$2" ] || { echo "node_desc '$got', expected '$2'"; return 1; }
+}
+LONG_DESC=$(printf 'node-%03d;' $(seq 1 9))
 gid_in_devinfo() {
 	ibv_devinfo -v -d "$d" | "$PY" "$RVRDMA_TESTS_DIR/devinfo_gids.py" | grep -qx "$(gid_full "$1") RoCE v2"
 }
@@ -73,6 +84,11 @@ result "ibv_devinfo -v -d $d opens the device (provider matched)" "$info_rc" "$i
 check "transport: InfiniBand (0)" field_is transport "InfiniBand (0)"
 check "phys_port_cnt: 1" field_is phys_port_cnt 1
 check "node_guid is not zero" eval '[[ $(field node_guid) =~ [1-9a-f] ]]'
+ND_WAS=$(cat "$ND")
+check "node_desc written in sysfs reads back" node_desc_set "$d test node" "$d test node"
+check "a node_desc of ${#LONG_DESC} bytes is cut at 64" \
+	node_desc_set "$LONG_DESC" "${LONG_DESC:0:64}"
+printf "%s" "$ND_WAS" >"$ND" 2>/dev/null
 check "device limits are positive (max_qp, max_cq, max_mr, ...)" caps_ok
 check "port 1 state: PORT_ACTIVE (4)" field_is state "PORT_ACTIVE (4)"
 check "port 1 phys_state: LINK_UP (5)" field_is phys_state "LINK_UP (5)"
