@@ -4,7 +4,10 @@
   - it accepts Post Receive (the WQE waits, no completion),
   - inbound packets to a QP in Init are silently dropped: a peer in RTS that sends to it gets
     no ACK and ends with a retry-exceeded completion, and the Init QP's receive stays pending,
-  - until the QP moves to Error, which flushes that receive.
+  - until the QP moves to Error, which flushes that receive; the refused Send never completes,
+  - and a QP whose Post Send was refused in Init, brought to RTS, sends only what is posted
+    there: the refused WR (which the rxe ABI's provider wrote into the send ring before the
+    call failed) never runs.
 
 usage: seed004.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B"""
 import errno
@@ -13,13 +16,14 @@ import sys
 import pyverbs.enums as e
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr
-from pyverbs.wr import SGE, RecvWR
+from pyverbs.wr import SGE, RecvWR, SendWR
 
 from rcpair import Dev, Qp, check
 
 # wr_ids that name the work posted to the Init QP among its completions.
 SEND_ID = 0x5E4D
 RECV_ID = 0x4ECF
+OK_ID = 0x0C
 
 
 def completions(q, secs):
@@ -72,6 +76,46 @@ def main():
     check(len(flushed) == 1 and flushed[0].status == e.IBV_WC_WR_FLUSH_ERR and
           flushed[0].qp_num == b.qp.qp_num,
           "Init -> Error flushes the receive posted in Init (WR_FLUSH_ERR)")
+    check(not [w for w in got if w.wr_id == SEND_ID],
+          "the Send refused in Init never completes, not even flushed")
+    refused_never_runs(a.dev, b.dev)
+
+
+def refused_never_runs(dev_a, dev_b):
+    """A Send refused in Init (32 bytes of "R") is not sent once the QP reaches RTS: the peer
+    gets only the Send posted there (64 bytes of "A"), and the sender only its completion."""
+    c = Qp(dev_b)
+    d = Qp(dev_a)
+    c.to_init()
+    c.dev.mr.write(b"R" * 32, 32, 0)
+    wr = SendWR(wr_id=SEND_ID, opcode=e.IBV_WR_SEND, num_sge=1,
+                sg=[SGE(c.dev.mr.buf, 32, c.dev.mr.lkey)])
+    try:
+        c.qp.post_send(wr)
+        err = None
+    except PyverbsRDMAError as ex:
+        err = ex.error_code
+    check(err == errno.EINVAL, "a second QP in Init refuses Post Send too (errno %s)" % err)
+    d.connect(c)
+    d.recv(2)
+    c.to_rtr(d)
+    c.to_rts()
+    c.dev.mr.write(b"A" * 64, 64, 0)
+    c.qp.post_send(SendWR(wr_id=OK_ID, opcode=e.IBV_WR_SEND, num_sge=1,
+                          sg=[SGE(c.dev.mr.buf, 64, c.dev.mr.lkey)]))
+    sent = completions(c, 5.0)
+    got = completions(d, 5.0)
+    print("# after RTS: sender %s; receiver %s" % (
+        ["wr_id %#x status %d" % (w.wr_id, w.status) for w in sent],
+        ["status %d len %d" % (w.status, w.byte_len) for w in got]))
+    check(len(sent) == 1 and sent[0].wr_id == OK_ID and sent[0].status == e.IBV_WC_SUCCESS,
+          "the sender completes only the Send posted in RTS")
+    data = d.dev.mr.read(64, 0)
+    check(len(got) == 1 and got[0].status == e.IBV_WC_SUCCESS and got[0].byte_len == 64 and
+          data == b"A" * 64,
+          "the receiver gets only that Send, byte for byte (%r...)" % data[:8])
+    c.close()
+    d.close()
 
 
 if __name__ == "__main__":

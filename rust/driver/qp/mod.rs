@@ -525,6 +525,32 @@ impl QpShared {
         self.sq_watch.as_ref().and_then(|w| w.is_empty()) == Some(true)
     }
 
+    /// A user doorbell in a state that takes no sends (Reset, Init, RTR). Seed 004: Post Send
+    /// fails at once, so the WRs it carried are not posted. User space wrote them into the send
+    /// ring before the call (the rxe ABI): they are dropped from the ring here, unseen, so that
+    /// none runs or completes later (rdma_rxe leaves them, and runs them once the QP reaches
+    /// RTS). `false` if the QP takes sends again by now (a modify to RTS came first): the
+    /// doorbell then goes on as any other.
+    fn refuse_sends(&self) -> bool {
+        let mut g = self.inner.lock();
+        if !matches!(
+            g.core.state(),
+            QpState::Reset | QpState::Init | QpState::Rtr
+        ) {
+            return false;
+        }
+        if let Some(sq) = g.user.sq.as_mut() {
+            // Bounded by the ring, however fast user space writes more.
+            for _ in 0..sq.capacity() {
+                if sq.is_empty() {
+                    break;
+                }
+                sq.advance_consumer();
+            }
+        }
+        true
+    }
+
     /// Whether a user doorbell has nothing to do: the WQEs posted before it were taken into the
     /// core, or a take under way (under the QP lock) takes them. Looked at without the lock.
     fn doorbell_needless(&self) -> bool {

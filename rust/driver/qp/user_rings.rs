@@ -263,8 +263,8 @@ pub(crate) enum Taken {
 }
 
 /// Takes user send WQEs into the core while it has send slots, and says what it took. `Err` if
-/// the QP's state refuses sends (seed 004: the doorbell then fails and the WQEs stay in the
-/// ring).
+/// the QP's state refuses sends (seed 004: the WQEs stay in the ring, and their doorbell fails
+/// and drops them, see `QpShared::refuse_sends`).
 fn pull_send(
     rings: &mut SendPull<'_>,
     core: &mut CoreQp,

@@ -420,7 +420,7 @@ impl QpVerbs for RvrDevice {
             None => {
                 // The user doorbell (process context): refuse at once in states that take no
                 // sends (seed 004), else run inline for latency.
-                if qp.0.sends_refused.load(Ordering::Relaxed) {
+                if qp.0.sends_refused.load(Ordering::Relaxed) && qp.0.refuse_sends() {
                     return Err(EINVAL);
                 }
                 // Another context (the waiting work item, a packet's turn at the QP) took this
