@@ -155,9 +155,10 @@ if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
 	check "ib_atomic_lat (every atomic signaled): no doorbell hands its request off" \
 		eval 'n=$(doorbell_handoffs ib_atomic_lat) && diag "doorbell hand-offs: $n" && [ "$n" -eq 0 ]'
 	check "ib_read_lat (every Read signaled): a waiting work item sends requests, none retransmitted" \
-		eval 'l0=$(linger_handoffs) r0=$(link_stat "${DUT}0" retransmitted_pkts) &&
+		eval 'l0=$(linger_handoffs) && r0=$(stat_num "${DUT}0" retransmitted_pkts) &&
 			pf_run ib_read_lat "${DUT}1" 10.77.0.2 "${DUT}0" 10.77.0.1 -n 2000 >&2 &&
-			n=$(($(linger_handoffs) - l0)) r=$(($(link_stat "${DUT}0" retransmitted_pkts) - r0)) &&
+			l1=$(linger_handoffs) && r1=$(stat_num "${DUT}0" retransmitted_pkts) &&
+			n=$((l1 - l0)) r=$((r1 - r0)) &&
 			diag "requests sent by the waiting work item: $n of 2000, retransmitted: $r" &&
 			[ "$n" -gt 0 ] && [ "$r" -eq 0 ]'
 else

@@ -3,8 +3,9 @@
 # over RC QP pairs, tests/vm/roce_fuzz.py sends crafted RoCEv2 packets with a valid ICRC from
 # both namespaces (random opcodes, PSNs, flags, header fields, lengths, truncations; most aimed
 # at the victims' QP numbers with their real peer's address). Then:
-#  - probes to a QP nobody has were counted as for no QP (so the fuzzer's ICRC is valid and its
-#    packets reached the transport), and the packets with a wrong ICRC exactly as ICRC errors;
+#  - probes to a QP nobody has, sent alone first, were counted as for no QP, exactly (so the
+#    fuzzer's ICRC is valid and its packets reach the transport), and the packets with a wrong
+#    ICRC exactly as ICRC errors;
 #  - every UDP datagram each namespace received is accounted for by exactly one device counter
 #    (rcvd_pkts, rx_malformed, icrc_errors, rx_no_qp);
 #  - the kernel's drop tracing (the skb:kfree_skb event, what dropwatch reports) shows exactly the
@@ -31,6 +32,15 @@ main() {
 	t0=$(klog_mark "63-hostile-wire start")
 	dut_setup 1
 	pair_up
+	# The probes alone first, on a quiet link: each must count as for no QP, no more, no fewer.
+	local n0 n1
+	n0=$(stat_num "${DUT}1" rx_no_qp) n1=$(stat_num "${DUT}0" rx_no_qp)
+	in_a "$PY" "$RVRDMA_TESTS_DIR/roce_fuzz.py" --src 10.77.0.1 --dst 10.77.0.2 --count 0 \
+		--probe "$PROBES" --bad-icrc 0 >"$DIR/probe-a.txt" 2>&1
+	in_b "$PY" "$RVRDMA_TESTS_DIR/roce_fuzz.py" --src 10.77.0.2 --dst 10.77.0.1 --count 0 \
+		--probe "$PROBES" --bad-icrc 0 >"$DIR/probe-b.txt" 2>&1
+	sleep 1
+	PROBED=("$(($(stat_num "${DUT}1" rx_no_qp) - n0))" "$(($(stat_num "${DUT}0" rx_no_qp) - n1))")
 	snap S0
 	local drops0
 	drops0=$(rx_drops "${DUT}0" "${DUT}1")
@@ -45,10 +55,10 @@ main() {
 	qb=$(rts_qps "${DUT}1" 4)
 	diag "victim QPs: ${DUT}0 $qa, ${DUT}1 $qb"
 	in_a "$PY" "$RVRDMA_TESTS_DIR/roce_fuzz.py" --src 10.77.0.1 --dst 10.77.0.2 --qpns "$qb" \
-		--count "$COUNT" --probe "$PROBES" --bad-icrc "$BAD" >"$DIR/fuzz-a.txt" 2>&1 &
+		--count "$COUNT" --probe 0 --bad-icrc "$BAD" >"$DIR/fuzz-a.txt" 2>&1 &
 	local fa=$!
 	in_b "$PY" "$RVRDMA_TESTS_DIR/roce_fuzz.py" --src 10.77.0.2 --dst 10.77.0.1 --qpns "$qa" \
-		--count "$COUNT" --probe "$PROBES" --bad-icrc "$BAD" >"$DIR/fuzz-b.txt" 2>&1 &
+		--count "$COUNT" --probe 0 --bad-icrc "$BAD" >"$DIR/fuzz-b.txt" 2>&1 &
 	local fb=$! t1=$SECONDS rc_a=0 rc_b=0
 	wait "$fa" || rc_a=$?
 	wait "$fb" || rc_b=$?
@@ -65,12 +75,14 @@ main() {
 	local traced traced_rc=0
 	traced=$(drops_traced "$drops0") || traced_rc=$?
 	diag "$traced"
-	check "the probes (valid ICRC, no such QP) were counted as for no QP on both devices" probes_counted
+	check "the probes (valid ICRC, no such QP) were counted as for no QP on both devices, exactly" \
+		probes_counted
 	check "the packets with a wrong ICRC were counted exactly as ICRC errors" bad_icrc_counted
 	check "every datagram each netns received is counted by exactly one device counter" accounted
 	check "the kernel's drop tracing shows rvrdma's drops (bad ICRC, malformed, no QP) exactly as counted, and no handled packet" \
 		eval 'echo "$traced"; [ "$traced_rc" = 0 ] && [ "$(rx_drops "${DUT}0" "${DUT}1")" -gt "$drops0" ]'
 	diag "$(counters_table)"
+	diag "victims: $(grep -m1 -E '^traffic: (PASS|FAIL):' "$DIR/victim.txt")"
 	check "the victims' data was never wrong: they finished clean or stopped at an error completion" \
 		victims_ok "$vrc"
 	check "a fresh connection after the fuzz moves data-checked traffic" \
@@ -123,12 +135,11 @@ fuzz_sent() {
 	grep -q "^sent $COUNT " "$DIR/fuzz-a.txt" && grep -q "^sent $COUNT " "$DIR/fuzz-b.txt"
 }
 
+# probes_counted: the probes sent alone before the fuzz (PROBES each way) moved rx_no_qp by
+# exactly PROBES on the receiving device (rvA's go to ${DUT}1, rvB's to ${DUT}0).
 probes_counted() {
-	local d
-	for d in "${DUT}0" "${DUT}1"; do
-		echo "$d: rx_no_qp +$(delta "$d" rx_no_qp), icrc_errors +$(delta "$d" icrc_errors)"
-		[ "$(delta "$d" rx_no_qp)" -ge "$PROBES" ] || return 1
-	done
+	echo "${DUT}1: rx_no_qp +${PROBED[0]} for $PROBES probes from rvA; ${DUT}0: +${PROBED[1]} from rvB"
+	[ "${PROBED[0]}" -eq "$PROBES" ] && [ "${PROBED[1]}" -eq "$PROBES" ]
 }
 
 bad_icrc_counted() {
@@ -166,10 +177,15 @@ counters_table() {
 
 # victims_ok RC: traffic.py passed, or its first failure is an error completion (a forged
 # NAK/response may legally move a QP to Error); a data, length or ordering failure is not.
+# Either way they must have completed and checked operations during the fuzz: a run stopped at
+# once checks nothing.
 victims_ok() {
-	local first
+	local first done_ops
 	grep -m3 '^FAIL' "$DIR/victim.txt"
 	tail -3 "$DIR/victim.txt"
+	done_ops=$(sed -n 's/^traffic: [A-Z]*: [A-Z]*, \([0-9]*\) operations.*/\1/p' "$DIR/victim.txt")
+	echo "operations completed and checked: ${done_ops:-none}"
+	[ "${done_ops:-0}" -gt 0 ] || return 1
 	[ "$1" -eq 0 ] && return 0
 	first=$(grep -m1 '^FAIL' "$DIR/victim.txt")
 	[ -n "$first" ] || return 1

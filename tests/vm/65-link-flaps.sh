@@ -2,10 +2,9 @@
 # Link flaps and MTU changes under data-checked traffic (traffic.py, 4 RC QP pairs, both
 # directions): veth0 goes down and up every 0.5 s for 60 s, then its MTU (and its peer's) cycles
 # 1500 -> 9000 -> 1200 -> 1500 for 20 s, each while traffic runs. Every WR must complete
-# successfully, or the run stop at a retry-exceeded completion (IBA: a path down longer than the
-# retry budget), never with wrong, lost or duplicated data; the ports come back ACTIVE, the
-# flaps show as retransmissions, and a fresh run afterwards passes.
-# The QPs' Local ACK Timeout is 17 (0.5 s): seven retries outlast a 0.5 s outage.
+# successfully with every byte right (no retry-exceeded stop either: the QPs' Local ACK Timeout is
+# 17, 0.5 s, and seven retries outlast a 0.5 s outage many times); the ports come back ACTIVE,
+# the flaps show as retransmissions, and a fresh run afterwards passes.
 . "$(dirname "$0")/lib.sh"
 
 DIR=$(mktemp -d)
@@ -27,7 +26,8 @@ main() {
 	check "the flaps cost retransmissions (retransmitted_pkts grew)" grew "$r0"
 	check "traffic through 20 s of MTU changes (1500, 9000, 1200): every byte right" \
 		under mtu_cycle 20
-	check "MTU back to 1500 on both ends" eval '[ "$(in_a cat /sys/class/net/veth0/mtu)" = 1500 ]'
+	check "MTU back to 1500 on both ends" \
+		eval '[ "$(in_a cat /sys/class/net/veth0/mtu)" = 1500 ] && [ "$(in_b cat /sys/class/net/veth1/mtu)" = 1500 ]'
 	check "a fresh run after the flaps and MTU changes passes" \
 		timeout "$((300 * ${RVRDMA_TIME_SCALE:-1}))" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" \
 		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --qps 2 --random 100 \
@@ -50,10 +50,11 @@ retransmitted() {
 }
 
 # under DISTURB SECS: traffic.py runs while DISTURB SECS runs; then it stops posting, finishes
-# what is in flight and compares the MRs. Passes if traffic.py passed, or if its first failure is
-# a retry-exceeded completion (status 12, RETRY_EXC_ERR) and nothing else went wrong before it.
+# what is in flight and compares the MRs. Passes only if traffic.py passed: a link down for 0.5 s
+# at a time is well inside the retry budget (7 retries of at least 0.5 s), so every WR completes
+# and every byte is checked.
 under() {
-	local out=$DIR/traffic.txt stop=$DIR/stop rc=0 first
+	local out=$DIR/traffic.txt stop=$DIR/stop rc=0
 	rm -f "$stop"
 	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
 		--qps 4 --random 3000 --sizes 1,63,1024,3079,65536 --until "$stop" \
@@ -66,10 +67,7 @@ under() {
 	wait "$tpid" || rc=$?
 	grep -m3 '^FAIL' "$out"
 	tail -4 "$out"
-	[ "$rc" -eq 0 ] && return 0
-	first=$(grep -m1 '^FAIL' "$out")
-	echo "first failure: $first"
-	[[ $first =~ completion\ status\ (12|IBV_WC_RETRY_EXC_ERR|RETRY_EXC) ]]
+	[ "$rc" -eq 0 ]
 }
 
 # flap SECS: veth0 down and up every 0.5 s.

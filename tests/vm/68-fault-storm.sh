@@ -17,7 +17,10 @@
 
 STORM=(loss 10% duplicate 5% corrupt 1% delay 10ms 10ms reorder 25% 50%)
 SECS=60
-TRAFFIC=(--ops all --sizes "1,mtu-1,mtu,mtu+1,3*mtu+7,16384,65536" --qps 4 --random 100000)
+# A Send with Invalidate (on a fresh QP pair, its steps one after the other) every 5 s in between;
+# the Write through the invalidated R_Key may lose its NAK (--lossy).
+TRAFFIC=(--ops all --sizes "1,mtu-1,mtu,mtu+1,3*mtu+7,16384,65536" --qps 4 --random 100000
+	--inv-every 5 --lossy)
 COUNTERS=(retransmitted_pkts seq_naks_sent rcvd_seq_err duplicate_request icrc_errors)
 DIR=$(mktemp -d)
 
@@ -92,7 +95,11 @@ storm() {
 	# A run that completed nothing checks nothing: it must have moved data through the storm.
 	done_ops=$(sed -n 's/^traffic: PASS: [A-Z]*, \([0-9]*\) operations.*/\1/p' "$out")
 	[ "${done_ops:-0}" -gt 0 ] || echo "no operation completed during the storm"
-	[ "$rc" -eq 0 ] && [ "$alive" -eq 1 ] && [ "${done_ops:-0}" -gt 0 ]
+	# Every op: Send with Invalidate too ran through the storm.
+	local inv=0
+	grep -q '^traffic: PASS: .*[(, ]send_inv [1-9]' "$out" && inv=1
+	[ "$inv" -eq 1 ] || echo "no Send with Invalidate completed during the storm"
+	[ "$rc" -eq 0 ] && [ "$alive" -eq 1 ] && [ "${done_ops:-0}" -gt 0 ] && [ "$inv" -eq 1 ]
 }
 
 declare -A S0 S1 S2 S3

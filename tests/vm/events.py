@@ -23,7 +23,8 @@ from rcpair import Dev, Qp, check
 
 
 def wc_str(wc):
-    return "none" if wc is None else "status %d opcode %d qp %#x" % (wc.status, wc.opcode, wc.qp_num)
+    return "none" if wc is None else "status %d opcode %d qp %#x len %d" % (
+        wc.status, wc.opcode, wc.qp_num, wc.byte_len)
 
 
 def expect_wcs(q, n, what, status=e.IBV_WC_SUCCESS, opcode=None, secs=5.0):
@@ -42,17 +43,18 @@ def expect_wcs(q, n, what, status=e.IBV_WC_SUCCESS, opcode=None, secs=5.0):
                                                "; ".join(wc_str(wc) for wc in got) or "none"))
 
 
-def expect_some(q, at_most, what, opcode, secs=1.0):
+def expect_some(q, at_most, what, opcode, secs=1.0, length=None):
     """Every completion `q`'s CQ gets until `secs` pass without one: at most `at_most`, each
-    successful with `opcode` from `q`'s QP. Returns how many."""
+    successful with `opcode` from `q`'s QP (and `length` bytes long, if given). Returns how
+    many."""
     got = []
     wc = q.poll(secs)
     while wc is not None:
         got.append(wc)
         wc = q.poll(secs)
     ok = len(got) <= at_most and all(
-        wc.status == e.IBV_WC_SUCCESS and wc.opcode == opcode and wc.qp_num == q.qp.qp_num
-        for wc in got)
+        wc.status == e.IBV_WC_SUCCESS and wc.opcode == opcode and wc.qp_num == q.qp.qp_num and
+        length in (None, wc.byte_len) for wc in got)
     check(ok, "%s (%d completions, at most %d: %s)" % (what, len(got), at_most,
                                                       "; ".join(wc_str(wc) for wc in got)))
     return len(got)
@@ -142,27 +144,57 @@ def rq_cq_err(a, b):
     overflowed(b, qb, 4, "responder's receive CQ", e.IBV_WC_RECV)
 
 
+# The Sends of the SQD scenario: 32 packets each at MTU 1024, so that the first is on the wire
+# when the Modify QP to SQD comes, and twice the send window (128 packets) in all, so that the
+# last usually wait for it: SQD holds those until the QP is back in RTS.
+SQD_SENDS, SQD_LEN = 8, 32768
+
+
+def sqd_pair(a, b):
+    """A connected pair that has carried one Send (its path is known), with SQD_SENDS Sends of
+    SQD_LEN bytes just posted on `qa`."""
+    qa, qb = pair(a, b)
+    qb.recv(1)
+    qa.send(1)
+    expect_wcs(qa, 1, "SQD set-up: a first Send completes", opcode=e.IBV_WC_SEND)
+    expect_wcs(qb, 1, "SQD set-up: ... and is received", opcode=e.IBV_WC_RECV)
+    qb.recv(SQD_SENDS, SQD_LEN)
+    qa.send(SQD_SENDS, SQD_LEN)
+    return qa, qb
+
+
 def sq_drained_completions(qa, qb):
-    """SQD finishes the messages in progress and starts no new one: the Sends that completed did
-    so successfully, and each was received."""
-    sent = expect_some(qa, 4, "the Sends that completed in SQD succeeded", e.IBV_WC_SEND)
-    got = expect_some(qb, 4, "... and were received", e.IBV_WC_RECV)
+    """SQD finishes the messages in progress and starts no new one: the first Send, on the wire
+    when SQD came, completes, and every Send that completed did so successfully and was received
+    whole. Back in RTS, the Sends SQD held complete too: each Send completes and is received
+    once."""
+    sent = expect_some(qa, SQD_SENDS, "the Sends that completed in SQD succeeded", e.IBV_WC_SEND)
+    got = expect_some(qb, SQD_SENDS, "... and were received whole", e.IBV_WC_RECV,
+                      length=SQD_LEN)
+    check(sent >= 1, "SQD finished the Send in progress (%d of %d completed in SQD)" %
+          (sent, SQD_SENDS))
     check(got >= sent, "every completed Send was received (%d sent, %d received)" % (sent, got))
+    at = QPAttr()
+    at.qp_state = e.IBV_QPS_RTS
+    qa.qp.modify(at, e.IBV_QP_STATE)
+    more = expect_some(qa, SQD_SENDS - sent, "back in RTS, the Sends SQD held complete",
+                       e.IBV_WC_SEND, secs=3.0)
+    more_got = expect_some(qb, SQD_SENDS - got, "... and are received whole", e.IBV_WC_RECV,
+                           secs=3.0, length=SQD_LEN)
+    check(sent + more == SQD_SENDS and got + more_got == SQD_SENDS,
+          "each of the %d Sends completed once and was received once (%d + %d sent, %d + %d "
+          "received)" % (SQD_SENDS, sent, more, got, more_got))
 
 
 def sq_drained(a, b):
     # Without en_sqd_async_notify, SQD raises nothing.
-    qa, qb = pair(a, b)
-    qb.recv(4)
-    qa.send(4)
+    qa, qb = sqd_pair(a, b)
     at = QPAttr()
     at.qp_state = e.IBV_QPS_SQD
     qa.qp.modify(at, e.IBV_QP_STATE)
     check(not a.event_pending(1.0), "no SQ_DRAINED when Modify QP to SQD did not ask for it")
     sq_drained_completions(qa, qb)
-    qa, qb = pair(a, b)
-    qb.recv(4)
-    qa.send(4)
+    qa, qb = sqd_pair(a, b)
     at = QPAttr()
     at.qp_state = e.IBV_QPS_SQD
     at.en_sqd_async_notify = 1

@@ -68,7 +68,9 @@ def get(addr, n):
 
 
 def pattern(seed, n=MSG):
-    return bytes((i * 31 + seed * 7 + 1) & 0xFF for i in range(n))
+    """`n` bytes no two 256-byte blocks of which are alike (up to 64 KiB): a wrong page, or any
+    offset error, shows."""
+    return bytes((i * 31 + seed * 7 + 1 + (i >> 8) * 0x9D) & 0xFF for i in range(n))
 
 
 def diff(got, want):

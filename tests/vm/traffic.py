@@ -818,16 +818,18 @@ class Traffic:
     def on_send_wc(self, op, q, wc):
         if wc.qp_num != op.qreq.qp.qp_num or q is not op.qreq:
             self.fail(op, "send completion qp_num %d, want %d" % (wc.qp_num, op.qreq.qp.qp_num))
-        if op.expect_refusal and wc.status != e.IBV_WC_RETRY_EXC_ERR:
-            if wc.status not in REFUSED:
+        # A refused Write that ran out of retries lost its NAK: a remote access error is a class
+        # C error of the responder's (seed 001), whose QP goes to the error state as it sends the
+        # NAK and drops the retries. On a link that loses packets (--lossy) that is a refusal
+        # too; elsewhere it is a retry-exceeded completion like any other WR's (a path that lost
+        # packets for longer than the retry budget), and reported as one.
+        lost_nak = self.args.lossy and wc.status == e.IBV_WC_RETRY_EXC_ERR
+        if op.expect_refusal and (wc.status != e.IBV_WC_RETRY_EXC_ERR or lost_nak):
+            if wc.status not in REFUSED and not lost_nak:
                 self.fail(op, "the Write through an invalidated R_Key completed with status %s,"
                           " want REM_ACCESS_ERR or REM_INV_REQ_ERR" % status_name(wc.status))
             self.step(op)
             return
-        # A refused Write that ran out of retries lost its NAK: a remote access error is a class
-        # C error of the responder's (seed 001), whose QP goes to the error state as it sends the
-        # NAK and drops the retries. That is a retry-exceeded completion like any other WR's (a
-        # path that lost packets for longer than the retry budget), and reported as one.
         if wc.status != e.IBV_WC_SUCCESS:
             if not (self.fatal and wc.status == e.IBV_WC_WR_FLUSH_ERR):
                 self.fail(op, "send completion status %s (vendor_err 0x%x)" %
@@ -1135,15 +1137,23 @@ class Traffic:
             r.side.mr.write(bytes([b[0] ^ 0x10]), 1, off)
             return
 
-    def drive(self, todo):
+    def drive(self, todo, inv=None):
         """Posts `todo` (list of Ops yet unposted) keeping up to --window in flight, and
-        processes completions until all are done or something failed for good."""
+        processes completions until all are done or something failed for good. With `inv` (a
+        deque of Send with Invalidate specs), one of them runs every --inv-every seconds in
+        between, until --until's file exists."""
         todo = collections.deque(todo)
         last = time.monotonic()
+        next_inv = last + (self.args.inv_every or 0)
         idle = 0
         while (todo and not self.fatal) or self.outstanding or self.landing:
             if self.landing:
                 self.land()
+            if inv and not self.fatal and not self.stopping() and time.monotonic() >= next_inv:
+                self.run_inv([inv.popleft()])
+                last = next_inv = time.monotonic()
+                next_inv += self.args.inv_every
+                continue
             if todo and self.stopping() and not self.inv_running:
                 self.info("%s exists: %d operations left unposted" % (self.args.until, len(todo)))
                 todo.clear()
@@ -1316,9 +1326,10 @@ class Traffic:
                    "QP pairs", ", receives on an SRQ" if self.args.srq
                    else "", self.args.mr_size >> 20, len(main) + len(inv)))
         t0 = time.monotonic()
-        self.drive(todo)
-        if inv and not self.fatal:
-            self.run_inv([(s, d) for _, s, d in inv])
+        specs = collections.deque((s, d) for _, s, d in inv)
+        self.drive(todo, specs if self.args.until and self.args.inv_every else None)
+        if specs and not self.fatal:
+            self.run_inv(specs)
         if not self.fatal:
             for s in (self.a, self.b):
                 self.whole(s)
@@ -1391,6 +1402,13 @@ def main():
     p.add_argument("--until", metavar="FILE",
                    help="stop posting once FILE exists (what is in flight completes and is "
                    "checked, and the MRs compared whole): a run as long as something else")
+    p.add_argument("--inv-every", type=float, default=0, metavar="SECS",
+                   help="with --until: one Send with Invalidate every SECS seconds while the "
+                   "other operations run (else they all run after the others, and --until's "
+                   "file, once it exists, ends them)")
+    p.add_argument("--lossy", action="store_true",
+                   help="the link loses packets: a Write through an invalidated R_Key may end in "
+                   "RETRY_EXC_ERR (its NAK lost, the responder's QP in the error state), a refusal")
     p.add_argument("--inject", default="", metavar="KINDS",
                    help="self-test: corrupt what the checks read, once per kind (%s); the run "
                    "must then fail" % ",".join(INJECT_KINDS))
