@@ -401,4 +401,28 @@ impl DevShared {
         // It waits for the packets being handled: they are inside an RCU read-side section.
         udp_tunnel::unlisten(&**self);
     }
+
+    /// What the device still counts as held, by kind: PDs, CQs, SRQs, AHs, user AH numbers,
+    /// QPs, MRs and MWs. At the device's removal, after ib_core destroyed every object, any
+    /// count here is an object some verb's failure path (or a destroy) never gave back.
+    pub fn leftovers(&self) -> [usize; 8] {
+        use super::limits::Res;
+        let qps = {
+            let t = self.qps.lock();
+            Iterator::chain(t.slots.iter(), t.gsi.iter())
+                .filter(|s| !matches!(s, QpSlot::Free))
+                .count()
+        };
+        let ahs = self.ahs.lock().iter().filter(|a| a.is_some()).count();
+        [
+            self.limits.used(Res::Pd) as usize,
+            self.limits.used(Res::Cq) as usize,
+            self.limits.used(Res::Srq) as usize,
+            self.limits.used(Res::Ah) as usize,
+            ahs,
+            qps,
+            self.mrs.len(),
+            self.mrs.mw_count(),
+        ]
+    }
 }

@@ -254,6 +254,15 @@ impl IbDriver for RvrDevice {
         // ib_core destroyed every QP before this; stop receiving, and wait for the packets
         // being handled.
         dev.data().shared.shutdown();
+        // Tests read the kernel log for this line: a count left is a leak.
+        let [pd, cq, srq, ah, user_ah, qp, mr, mw] = dev.data().shared.leftovers();
+        if pd + cq + srq + ah + user_ah + qp + mr + mw != 0 {
+            pr_err!(
+                "{}: objects still counted at removal: pd {pd} cq {cq} srq {srq} ah {ah} \
+                 user_ah {user_ah} qp {qp} mr {mr} mw {mw}\n",
+                dev.name()
+            );
+        }
         pr_debug!("{}: released\n", dev.name());
     }
 

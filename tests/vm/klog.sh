@@ -6,12 +6,13 @@
 # A checker's report anywhere in a kernel log line (extended regex): oopses, WARN/BUG, KASAN,
 # KFENCE, UBSAN, lockdep ("WARNING: possible ..." and "INFO: lockdep is turned off"), atomic-sleep
 # ("BUG: sleeping function called from invalid context"), debugobjects (ODEBUG), list debugging,
-# refcount_t, Rust panics, lockups and stalls, and a netdev that cannot be freed.
+# refcount_t, Rust panics, lockups and stalls, a netdev that cannot be freed, and an rvrdma device
+# removed with objects still counted (a leak on some verb's failure or destroy path).
 KLOG_BAD='Oops|WARNING:|BUG:|kernel BUG|KASAN|KFENCE|UBSAN|ODEBUG:|list_(add|del) corruption'
 KLOG_BAD+='|possible (circular|recursive) locking|lockdep|sleeping function called from invalid context'
 KLOG_BAD+='|refcount_t:|Call Trace|rust_panic|panicked|general protection fault'
 KLOG_BAD+='|soft lockup|hard LOCKUP|hung_task|blocked for more than|detected stalls? on CPU'
-KLOG_BAD+='|unregister_netdevice: waiting for'
+KLOG_BAD+='|unregister_netdevice: waiting for|objects still counted at removal'
 
 # Lines KLOG_BAD matches that only announce a checker at boot (extended regex).
 KLOG_BENIGN='RCU lockdep checking is enabled|ODEBUG: selftest passed'
