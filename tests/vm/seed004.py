@@ -26,6 +26,15 @@ RECV_ID = 0x4ECF
 OK_ID = 0x0C
 
 
+def post_send_errno(q, wr):
+    """Posts `wr` on `q`: None if accepted, else the errno."""
+    try:
+        q.qp.post_send(wr)
+        return None
+    except PyverbsRDMAError as ex:
+        return ex.error_code
+
+
 def completions(q, secs):
     """Every completion `q`'s CQ gets within `secs` (after the first, 0.5 s of quiet ends it)."""
     got = []
@@ -44,11 +53,7 @@ def main():
     # QP whose state takes no sends.
     wr = b.send_wr()
     wr.wr_id = SEND_ID
-    try:
-        b.qp.post_send(wr)
-        err = None
-    except PyverbsRDMAError as ex:
-        err = ex.error_code
+    err = post_send_errno(b, wr)
     check(err == errno.EINVAL, "Post Send on a QP in Init fails at once with EINVAL (errno %s)" % err)
     try:
         b.qp.post_recv(RecvWR(wr_id=RECV_ID, num_sge=1,
@@ -90,11 +95,7 @@ def refused_never_runs(dev_a, dev_b):
     c.dev.mr.write(b"R" * 32, 32, 0)
     wr = SendWR(wr_id=SEND_ID, opcode=e.IBV_WR_SEND, num_sge=1,
                 sg=[SGE(c.dev.mr.buf, 32, c.dev.mr.lkey)])
-    try:
-        c.qp.post_send(wr)
-        err = None
-    except PyverbsRDMAError as ex:
-        err = ex.error_code
+    err = post_send_errno(c, wr)
     check(err == errno.EINVAL, "a second QP in Init refuses Post Send too (errno %s)" % err)
     d.connect(c)
     d.recv(2)
