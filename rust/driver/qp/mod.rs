@@ -528,9 +528,8 @@ impl QpShared {
     /// A user doorbell in a state that takes no sends (Reset, Init, RTR). Seed 004: Post Send
     /// fails at once, so the WRs it carried are not posted. User space wrote them into the send
     /// ring before the call (the rxe ABI): they are dropped from the ring here, unseen, so that
-    /// none runs or completes later (rdma_rxe leaves them, and runs them once the QP reaches
-    /// RTS). `false` if the QP takes sends again by now (a modify to RTS came first): the
-    /// doorbell then goes on as any other.
+    /// none runs or completes later (rdma_rxe leaves them in its ring). `false` if the QP takes
+    /// sends again by now (a modify to RTS came first): the doorbell then goes on as any other.
     fn refuse_sends(&self) -> bool {
         let mut g = self.inner.lock();
         if !matches!(
