@@ -532,10 +532,7 @@ impl QpShared {
     /// sends again by now (a modify to RTS came first): the doorbell then goes on as any other.
     fn refuse_sends(&self) -> bool {
         let mut g = self.inner.lock();
-        if !matches!(
-            g.core.state(),
-            QpState::Reset | QpState::Init | QpState::Rtr
-        ) {
+        if !refuses_sends(g.core.state()) {
             return false;
         }
         if let Some(sq) = g.user.sq.as_mut() {
@@ -688,8 +685,8 @@ impl QpShared {
                 // The policy as it stands, for the step into RTS to act on.
                 core.set_bonding(self.dev.bonding_ports(), &mut out);
                 *res = core.modify(now, a, m, &mut out).map_err(|_| EINVAL);
-                let refused = matches!(core.state(), QpState::Reset | QpState::Init | QpState::Rtr);
-                self.sends_refused.store(refused, Ordering::Relaxed);
+                self.sends_refused
+                    .store(refuses_sends(core.state()), Ordering::Relaxed);
                 self.note_max_rd_atomic(core.sq_logic().config().max_rd_atomic);
                 if core.state() == QpState::Reset {
                     // Kept packets belong to the connection that is gone.
@@ -875,4 +872,9 @@ fn destroy(qp: Arc<QpShared>) {
     drop(removed);
     // The last reference: the CQ references and the tunnel references go here.
     drop(qp);
+}
+
+/// Whether a QP in state `s` refuses Post Send at once (seed 004: Reset, Init and RTR).
+fn refuses_sends(s: QpState) -> bool {
+    matches!(s, QpState::Reset | QpState::Init | QpState::Rtr)
 }
