@@ -177,6 +177,11 @@ bool rvr_dst_leaves_by(const struct dst_entry *dst, const struct net_device *dev
 	return dst_dev(dst) == dev;
 }
 
+bool rvr_dst_dead(const struct dst_entry *dst)
+{
+	return READ_ONCE(dst->obsolete) == DST_OBSOLETE_DEAD;
+}
+
 u32 rvr_rt6_get_cookie(struct dst_entry *dst)
 {
 	return rt6_get_cookie(dst_rt6_info(dst));

@@ -374,25 +374,39 @@ impl DevShared {
     /// A port went up or down (or the switch changed): every connected QP hears of it, and
     /// with the switch on, migrates or re-arms as the bonding policy says. Process context.
     pub fn ports_changed(&self) -> Result {
-        let mut qps = KVec::new();
-        {
-            let t = self.qps.lock();
-            let n = t
-                .slots
-                .iter()
-                .filter(|s| matches!(s, QpSlot::Used(_)))
-                .count();
-            qps.reserve(n, GFP_ATOMIC)?;
-            for s in t.slots.iter() {
-                if let QpSlot::Used(qp) = s {
-                    qps.push_within_capacity(qp.clone()).map_err(|_| ENOMEM)?;
-                }
-            }
-        }
-        for qp in &qps {
+        for qp in &self.qps_now()? {
             qp.ports_changed();
         }
         Ok(())
+    }
+
+    /// A port came up: every QP's work item looks up the routes of its paths again. A netdev
+    /// taken down released the routes through it, and the ones the QPs keep discard packets
+    /// from then on; without this, the first packet of each QP after the link returns would be
+    /// lost, costing a retry. Any context.
+    pub fn port_up(&self) -> Result {
+        for qp in &self.qps_now()? {
+            qp.routes_due();
+        }
+        Ok(())
+    }
+
+    /// References to the QPs that exist now.
+    fn qps_now(&self) -> Result<KVec<Arc<QpShared>>> {
+        let mut qps = KVec::new();
+        let t = self.qps.lock();
+        let n = t
+            .slots
+            .iter()
+            .filter(|s| matches!(s, QpSlot::Used(_)))
+            .count();
+        qps.reserve(n, GFP_ATOMIC)?;
+        for s in t.slots.iter() {
+            if let QpSlot::Used(qp) = s {
+                qps.push_within_capacity(qp.clone()).map_err(|_| ENOMEM)?;
+            }
+        }
+        Ok(qps)
     }
 
     /// Stops the receive path of this device: it no longer gets packets, and the ones being

@@ -5,6 +5,7 @@
 
 use super::device::{RvrDevice, DRIVER_ID, MAX_PORTS, UVERBS_ABI_VER};
 use super::registry;
+use crate::ib::attrs::PortState;
 use crate::ib::device::{self, DeviceParams, IbDeviceRef, PinnedDevice};
 use crate::ib::link::LinkDriver;
 use crate::net::netdev::NetDev;
@@ -127,6 +128,11 @@ impl NetdevHandler for RvrNetdevEvents {
                 // ib_core would do this for devices in its netdev index; ours are not in it.
                 NetdevEvent::LinkChange => {
                     reg.dispatch_port_state_event(ndev);
+                    if ndev.ib_port_state() == PortState::Active {
+                        // A failed allocation leaves the routes to the packets that find them
+                        // stale (each lost once).
+                        let _ = dev.data().shared.port_up();
+                    }
                     // The bonding policy follows the ports (a failed allocation only skips it
                     // this time: the QPs then migrate at their retry exhaustion).
                     if dev.data().shared.apm_bonding() {

@@ -4,7 +4,9 @@
 # 1500 -> 9000 -> 1200 -> 1500 for 20 s, each while traffic runs. Every WR must complete
 # successfully with every byte right (no retry-exceeded stop either: the QPs' Local ACK Timeout is
 # 17, 0.5 s, and seven retries outlast a 0.5 s outage many times); the ports come back ACTIVE,
-# the flaps show as retransmissions, and a fresh run afterwards passes.
+# the flaps show as retransmissions, and a fresh run afterwards passes. First, link_return.py: a
+# Send posted while the link is down completes after one transport timeout once it is back, each
+# way (the first packet after the link returns is not lost to a route released meanwhile).
 . "$(dirname "$0")/lib.sh"
 
 DIR=$(mktemp -d)
@@ -13,11 +15,13 @@ export RVRDMA_ACK_TIMEOUT=$((${RVRDMA_ACK_TIMEOUT:-14} > 17 ? ${RVRDMA_ACK_TIMEO
 
 main() {
 	ktap_print_header
-	ktap_set_plan 7
+	ktap_set_plan 10
 	local t0 r0
 	t0=$(klog_mark "65-link-flaps start")
 	dut_setup 1
 	pair_up
+	run_points 2 link_return.py "$PY" "$RVRDMA_TESTS_DIR/link_return.py" \
+		"${DUT}0" "$GA" "${DUT}1" "$GB" "$NS_A"
 	r0=$(retransmitted)
 	check "traffic through 60 s of link flaps (down/up every 0.5 s): every byte right" \
 		under flap 60

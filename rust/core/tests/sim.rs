@@ -295,3 +295,49 @@ fn sim_srq_both_ways_without_initial_credits() {
         );
     }
 }
+
+/// A link that goes down and up every 0.5 s (guest test 65 flaps veth0 so) under bulk traffic
+/// of every opcode, with a 268 ms local ACK timeout: each outage costs timeouts, and every WR
+/// completes intact anyway, for a retry count of 7 outlasts an outage of 0.5 s (an attempt in
+/// each up phase gets through). `SIM_FLAP_SEED=n` replays one seed with a trace.
+#[test]
+fn sim_flapping_link() {
+    let (seeds, replay) = seeds_or_replay("SIM_FLAP_SEED", 0..8);
+    for seed in seeds {
+        // Messages up to 160 KiB, for the regions of a bulk run.
+        let mut cfg = Config::bulk(seed, 160 << 10);
+        cfg.loss = 0;
+        cfg.dup = 0;
+        cfg.timeout = 16;
+        cfg.max_rd_atomic = 4;
+        cfg.n_wrs = [150, 150];
+        cfg.flap = Some((500_000_000, 500_000_000));
+        // 2.5 MB/s each way: the run spans about ten outages.
+        cfg.bottleneck = Some(sim::world::Bottleneck {
+            per_packet: 400_000,
+            limit: 1000,
+            delay: 1_000_000,
+            reorder: 0,
+            lanes: 1,
+        });
+        cfg.trace = replay;
+        let mut sim = Sim::new(cfg);
+        let r = sim.run();
+        for l in &sim.trace {
+            println!("{l}");
+        }
+        let t = sim.nodes[0].qp.counters().sq.timeouts;
+        println!(
+            "flap seed {seed}: {r:?}: {} ms, {t} timeouts",
+            sim.now / 1_000_000
+        );
+        assert!(
+            r.is_ok(),
+            "flap seed {seed}: {r:?} (replay: SIM_FLAP_SEED={seed})"
+        );
+        assert!(
+            sim.now > 5_000_000_000 && t > 5,
+            "flap seed {seed}: the outages never hit the traffic"
+        );
+    }
+}

@@ -420,6 +420,13 @@ impl QpShared {
         self.refresh_routes();
     }
 
+    /// The work item looks up the routes of the QP's paths that are no longer valid (a port
+    /// came up, see `DevShared::port_up`). Any context.
+    pub(crate) fn routes_due(self: &Arc<Self>) {
+        self.inner.lock().paths.need_route = true;
+        self.schedule();
+    }
+
     /// Queues the QP's work item (a no-op if it is queued already). Any context.
     pub(super) fn schedule(self: &Arc<Self>) {
         self.work_queued.mark();

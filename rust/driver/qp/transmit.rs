@@ -90,17 +90,17 @@ pub(super) fn tunnel<'a>(qp: &'a QpShared, port: u8) -> Option<&'a TunnelRef> {
 }
 
 /// Whether `path` leaves through a port that is not ACTIVE (its stored route, if any, goes out
-/// through that port's netdev, not through `lo` to a local address): its packets are not built
-/// (lost, as on the wire). Handing one to IP anyway would make a fresh neighbour entry on a
-/// netdev that cannot answer ARP; when it fails, rdma_cm reports its `NETEVENT_NEIGH_UPDATE` as
-/// `RDMA_CM_EVENT_UNREACHABLE` to every connected cm_id on that netdev and destination
-/// (`cma_netevent_callback`), breaking connections a failover saved.
+/// through that port's netdev, or went with it, not through `lo` to a local address): its
+/// packets are not built (lost, as on the wire). Handing one to IP anyway would make a fresh
+/// neighbour entry on a netdev that cannot answer ARP; when it fails, rdma_cm reports its
+/// `NETEVENT_NEIGH_UPDATE` as `RDMA_CM_EVENT_UNREACHABLE` to every connected cm_id on that
+/// netdev and destination (`cma_netevent_callback`), breaking connections a failover saved.
 pub(super) fn port_down(qp: &QpShared, routes: &routes::RouteCache, path: &PathInfo) -> bool {
     let Some(ndev) = qp.dev.port_netdev(path.port_num) else {
         return false;
     };
     ndev.ib_port_state() != PortState::Active
-        && routes::stored(routes, path).is_none_or(|r| r.leaves_by(ndev))
+        && routes::stored(routes, path).is_none_or(|r| r.leaves_by(ndev) || r.is_dead())
 }
 
 /// Builds the RoCEv2 packet of `headers` and `payload` (gathered from `mem`: the QP's MRs, or its
@@ -138,7 +138,8 @@ pub(super) fn build(
     // still carries the packet (we hold its dst; one whose device is gone drops it, as a lost
     // packet), so a route change costs no retransmission; with none at all the transport
     // timer resends it.
-    let Some(route) = routes::stored(routes, path) else {
+    // A dead route (its netdev was taken down) would discard the packet: as good as none.
+    let Some(route) = routes::stored(routes, path).filter(|r| !r.is_dead()) else {
         return (None, true);
     };
     let stale = !route.is_valid();

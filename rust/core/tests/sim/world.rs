@@ -88,6 +88,9 @@ pub struct Config {
     /// Node 0 posts only RDMA Reads, each `max_len` bytes long (an NVMe-oF target fetching the
     /// data of large writes).
     pub reads_only: bool,
+    /// Link 0 goes down and up by turns, `(up, down)` ns each, starting up (`ip link set down`
+    /// and `up` in a loop): packets sent, or due to arrive, while it is down are lost.
+    pub flap: Option<(u64, u64)>,
     pub trace: bool,
 }
 
@@ -178,6 +181,7 @@ impl Config {
             srq: false,
             lose_initial_ack: false,
             reads_only: false,
+            flap: None,
             trace: false,
         }
     }
@@ -854,7 +858,7 @@ impl Sim {
                     let line = format!("[{:>12} ns] n{} tx link{} {}", self.now, i, link, d);
                     self.trace.push(line);
                 }
-                if !self.link_alive[link] {
+                if !self.alive(link) {
                     continue;
                 }
                 if self.rng.chance(self.cfg.loss) {
@@ -951,7 +955,7 @@ impl Sim {
                 let key = next_pkt.expect("pkt");
                 let f = self.flights.remove(&key).expect("flight");
                 self.now = self.now.max(key.0);
-                if !self.link_alive[f.link] {
+                if !self.alive(f.link) {
                     continue;
                 }
                 let to = f.to;
@@ -1182,6 +1186,15 @@ impl Sim {
             self.progress_all();
         }
         Ok(())
+    }
+
+    /// Whether `link` carries packets now (see [`Config::flap`]).
+    fn alive(&self, link: usize) -> bool {
+        let up = match self.cfg.flap {
+            Some((up, down)) if link == 0 => self.now % (up + down) < up,
+            _ => true,
+        };
+        up && self.link_alive[link]
     }
 
     fn maybe_kill_path(&mut self) {
