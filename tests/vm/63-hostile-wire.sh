@@ -10,10 +10,12 @@
 #    (rcvd_pkts, rx_malformed, icrc_errors, rx_no_qp);
 #  - the kernel's drop tracing (the skb:kfree_skb event, what dropwatch reports) shows exactly the
 #    drops the devices counted: a packet handed to a QP, hostile or not, is consumed;
-#  - the victims either finished with every byte right or stopped at an error completion (a
-#    forged NAK or response inside a QP's window may move it to Error, as the spec allows);
-#    never wrong data;
+#  - the victims never had wrong data: each pair finished with every byte right or stopped at an
+#    error completion (a forged NAK or response inside a QP's window may move it to Error, as
+#    the spec allows), and the other pairs went on, checked to the end (traffic.py --isolate);
 #  - a fresh connection works, and the kernel log is clean.
+# First, --isolate itself: a Write given a wrong R_Key stops its pair alone, and the other pairs
+# run on, checked.
 # RVRDMA_FUZZ_COUNT sets the packets per direction (default 25000: 50,000 in all; the host's
 # cargo-fuzz targets cover the parsers with far more).
 . "$(dirname "$0")/lib.sh"
@@ -26,12 +28,14 @@ STOP=$DIR/stop
 
 main() {
 	ktap_print_header
-	ktap_set_plan 9
+	ktap_set_plan 10
 	[ "$RVRDMA_LINK_TYPE" = rvrdma ] || skip_all "the counters checked are rvrdma's"
 	local t0
 	t0=$(klog_mark "63-hostile-wire start")
 	dut_setup 1
 	pair_up
+	check "traffic.py --isolate: a Write with a wrong R_Key stops its pair alone, the rest run on" \
+		isolate_selftest
 	# The probes alone first, on a quiet link: each must count as for no QP, no more, no fewer.
 	local n0 n1
 	n0=$(stat_num "${DUT}1" rx_no_qp) n1=$(stat_num "${DUT}0" rx_no_qp)
@@ -47,7 +51,7 @@ main() {
 	drop_trace_start || diag "the kernel's drop tracing did not start"
 	# The victims: 4 RC QP pairs, both directions, until the fuzzers are done.
 	"$PY" "$RVRDMA_TESTS_DIR/traffic.py" "${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 \
-		--qps 4 --random 5000 --sizes 1,63,1024,3079,65536 --until "$STOP" \
+		--qps 4 --random 5000 --sizes 1,63,1024,3079,65536 --until "$STOP" --isolate \
 		--timeout "$((60 * ${RVRDMA_TIME_SCALE:-1}))" >"$DIR/victim.txt" 2>&1 &
 	local vpid=$! qa qb
 	wait_for 120 rts_qps "${DUT}1" 4 || fail_rest "the victims' QPs did not reach RTS: $(tail -5 "$DIR/victim.txt")"
@@ -83,7 +87,7 @@ main() {
 		eval 'echo "$traced"; [ "$traced_rc" = 0 ] && [ "$(rx_drops "${DUT}0" "${DUT}1")" -gt "$drops0" ]'
 	diag "$(counters_table)"
 	diag "victims: $(grep -m1 -E '^traffic: (PASS|FAIL):' "$DIR/victim.txt")"
-	check "the victims' data was never wrong: they finished clean or stopped at an error completion" \
+	check "the victims' data was never wrong: each pair finished clean or stopped at an error completion, the others checked to the end" \
 		victims_ok "$vrc"
 	check "a fresh connection after the fuzz moves data-checked traffic" \
 		timeout "$((300 * ${RVRDMA_TIME_SCALE:-1}))" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" \
@@ -175,21 +179,42 @@ counters_table() {
 	done
 }
 
-# victims_ok RC: traffic.py passed, or its first failure is an error completion (a forged
-# NAK/response may legally move a QP to Error); a data, length or ordering failure is not.
-# Either way they must have completed and checked operations during the fuzz: a run stopped at
-# once checks nothing.
+# victims_ok RC: traffic.py passed, or every failure was an error completion (a forged
+# NAK/response may legally move a QP to Error, which stops that pair alone); a data, length or
+# ordering failure, or an MR changed outside the buffers, is not. Either way they must have
+# completed and checked operations during the fuzz: a run stopped at once checks nothing.
 victims_ok() {
-	local first done_ops
+	local done_ops others
 	grep -m3 '^FAIL' "$DIR/victim.txt"
+	grep '^traffic: op#' "$DIR/victim.txt"
 	tail -3 "$DIR/victim.txt"
 	done_ops=$(sed -n 's/^traffic: [A-Z]*: [A-Z]*, \([0-9]*\) operations.*/\1/p' "$DIR/victim.txt")
 	echo "operations completed and checked: ${done_ops:-none}"
 	[ "${done_ops:-0}" -gt 0 ] || return 1
 	[ "$1" -eq 0 ] && return 0
-	first=$(grep -m1 '^FAIL' "$DIR/victim.txt")
-	[ -n "$first" ] || return 1
-	[[ $first =~ completion\ status ]]
+	others=$(sed -n 's/^traffic: isolated: .*, \([0-9]*\) failures other than error .*/\1/p' \
+		"$DIR/victim.txt")
+	[ "${others:-x}" = 0 ]
+}
+
+# isolate_selftest: traffic.py --isolate with one Write given a wrong R_Key (--inject rkey): that
+# Write, and nothing else, fails (REM_ACCESS_ERR); its pair stops, and the others complete their
+# operations (at least half of the run's) with every byte checked and the MRs compared whole.
+isolate_selftest() {
+	local out rc planned done_ops
+	local one='^traffic: isolated: 1 of 4 QP pairs stopped at an error completion, [0-9]* operations'
+	out=$(timeout "$((300 * ${RVRDMA_TIME_SCALE:-1}))" "$PY" "$RVRDMA_TESTS_DIR/traffic.py" \
+		"${DUT}0" "${DUT}1" --gid-a 10.77.0.1 --gid-b 10.77.0.2 --qps 4 --random 200 \
+		--sizes 1,1024,65536 --isolate --inject rkey 2>&1)
+	rc=$?
+	grep -E '^(FAIL|traffic: (op#|isolated|injecting|PASS|FAIL))' <<<"$out"
+	planned=$(sed -n 's/^traffic: RC, .* \([0-9]*\) operations$/\1/p' <<<"$out")
+	done_ops=$(sed -n 's/^traffic: [A-Z]*: [A-Z]*, \([0-9]*\) operations.*/\1/p' <<<"$out")
+	echo "exit status $rc (want 1), ${done_ops:-no} operations completed of ${planned:-?} planned"
+	[ "$rc" -eq 1 ] && [ "$(grep -c '^FAIL ' <<<"$out")" -eq 1 ] &&
+		grep -q '^FAIL .*completion status REM_ACCESS_ERR' <<<"$out" &&
+		grep -q "$one left unposted, 0 failures other than error completions\$" <<<"$out" &&
+		[ "$((2 * ${done_ops:-0}))" -ge "${planned:-1}" ]
 }
 
 reload() {

@@ -51,6 +51,12 @@ its receive completion comes (or its Write landed), so window x largest size bou
 flight; more than the receiving CPU's backlog holds (net.core.netdev_max_backlog, 1000 packets
 by default, when the peer lags) is dropped by the host, not by the link.
 
+Errors: an error completion stops the run (what completed so far is checked, the MRs are not
+compared whole). With --isolate (RC) it stops only its QP pair, while the other pairs go on and
+are checked to the end, the MRs whole too but for the buffers of the stopped pair's unfinished
+operations: for a run whose peers may legitimately move a QP to the error state (a forged
+packet, a hostile wire).
+
 usage: traffic.py DEV_A DEV_B [options]      (--help lists the options)
 
   traffic.py rvr0 rvr1 --gid-a 10.77.0.1 --gid-b 10.77.0.2
@@ -143,7 +149,7 @@ SLACK_MAX = 64  # largest unused tail of a receive buffer
 MAX_FAIL_LINES = 40
 DEFAULT_SIZES = "1,2,63,mtu-1,mtu,mtu+1,2*mtu,3*mtu+7,65536,1M"
 DEFAULT_SIZES_UD = "1,2,63,mtu-1,mtu"
-INJECT_KINDS = ("data", "canary", "byte_len", "imm", "old")
+INJECT_KINDS = ("data", "canary", "byte_len", "imm", "old", "rkey")
 COMPLEMENT = bytes(255 - i for i in range(256))
 MASK64 = (1 << 64) - 1
 
@@ -454,7 +460,12 @@ class Traffic:
         self.args, self.seed = args, seed
         self.rng = random.Random(seed)
         self.failures = 0
+        self.status_failures = 0  # of them, error completions (see `error_completion`)
         self.fatal = False
+        self.dead = set()  # --isolate: the QPs of pairs stopped at an error completion
+        self.why_dead = set()  # of them, those with an error completion other than a flush
+        self.abandoned = []  # operations of stopped pairs, never checked (see `whole`)
+        self.unposted = 0  # operations of stopped pairs left unposted
         self.inv_running = False  # run_inv is between the steps of one Send with Invalidate
         self.wrs = {}  # wr_id -> ("send" | "recv" | "bind", object)
         self.next_wr = 1
@@ -753,6 +764,13 @@ class Traffic:
         wr = SendWR(opcode=WR_OPCODE[k], num_sge=len(src.pieces), sg=src.sges(),
                     send_flags=e.IBV_SEND_SIGNALED, imm_data=imm or 0)
         if target is not None:
+            if "rkey" in self.inject and k == "write" and rkey is None:
+                # An R_Key with the right index and the wrong key: a remote access error (seed
+                # 001, class C), which moves the pair to the error state.
+                self.inject.discard("rkey")
+                self.info("injecting a wrong R_Key into op#%d, a Write" % op.n)
+                rkey = resp.mr.rkey ^ 0xFF
+                op.note = "wrong R_Key 0x%08x (injected)" % rkey
             wr.set_wr_rdma(rkey if rkey is not None else resp.mr.rkey,
                            resp.mr.buf + target.pieces[0][0])
         if self.ud:
@@ -831,10 +849,7 @@ class Traffic:
             self.step(op)
             return
         if wc.status != e.IBV_WC_SUCCESS:
-            if not (self.fatal and wc.status == e.IBV_WC_WR_FLUSH_ERR):
-                self.fail(op, "send completion status %s (vendor_err 0x%x)" %
-                          (status_name(wc.status), wc.vendor_err))
-            self.fatal = True
+            self.error_completion(op, wc, "send")
             self.step(op)
             return
         op.sent = True
@@ -845,6 +860,36 @@ class Traffic:
         if want_len is not None and wc.byte_len != want_len:
             self.fail(op, "send completion byte_len %d, want %d" % (wc.byte_len, want_len))
         self.step(op)
+
+    def gone(self, op):
+        """Whether `op` is past checking: the run stopped, or (--isolate) its QP pair did."""
+        return self.fatal or op.qreq in self.dead or op.qresp in self.dead
+
+    def error_completion(self, op, wc, what):
+        """An error completion of `op` (RC or UC): its QP pair is in the error state, and the
+        flushes that follow are expected. With --isolate only that pair stops: its other
+        operations are not posted, and what its unfinished ones may have written is left out of
+        the checks. Otherwise the run stops.
+
+        With --isolate a flush is not counted as a failure even when it comes first: the QP at
+        the other end may be flushed before the error completion that says why is polled (a
+        responder's QP enters the error state as it NAKs). That error completion must come,
+        though (see `run`)."""
+        flush = wc.status == e.IBV_WC_WR_FLUSH_ERR
+        if not (flush and (self.gone(op) or self.args.isolate)):
+            self.status_failures += 1
+            self.fail(op, "%s completion status %s (vendor_err 0x%x)" %
+                      (what, status_name(wc.status), wc.vendor_err))
+        if not self.args.isolate:
+            self.fatal = True
+            return
+        if not self.gone(op):
+            self.info("op#%d's QP pair (QPs %d and %d) is in the error state: its other "
+                      "operations are not posted" % (op.n, op.qreq.qp.qp_num,
+                                                     op.qresp.qp.qp_num))
+        self.dead.update((op.qreq, op.qresp))
+        if not flush:
+            self.why_dead.update((op.qreq, op.qresp))
 
     def on_recv_wc(self, rb, q, wc):
         if self.ud:
@@ -870,10 +915,7 @@ class Traffic:
             self.fail(op, "receive completion qp_num %d on the CQ of QP %d, want %d" %
                       (wc.qp_num, q.qp.qp_num, op.qresp.qp.qp_num))
         if wc.status != e.IBV_WC_SUCCESS:
-            if not (self.fatal and wc.status == e.IBV_WC_WR_FLUSH_ERR):
-                self.fail(op, "receive completion status %s (vendor_err 0x%x)" %
-                          (status_name(wc.status), wc.vendor_err))
-            self.fatal = True
+            self.error_completion(op, wc, "receive")
             self.step(op)
             return
         byte_len, imm = wc.byte_len, wc.imm_data
@@ -1062,7 +1104,9 @@ class Traffic:
         if op.waiting > 0:
             return
         self.outstanding.discard(op)
-        if self.fatal:
+        if self.gone(op):
+            # Its buffers stay taken: a stopped pair's packets may still land in them.
+            self.abandoned.append(op)
             return
         self.finish(op)
 
@@ -1159,6 +1203,10 @@ class Traffic:
                 todo.clear()
             while todo and not self.fatal and \
                     len(self.outstanding) + len(self.landing) < self.args.window:
+                if self.gone(todo[0]):
+                    todo.popleft()
+                    self.unposted += 1
+                    continue
                 if not self.post(todo[0]):
                     if not self.outstanding and not self.landing:
                         raise SetupError("op#%d does not fit the MRs (--mr-size)" % todo[0].n)
@@ -1335,6 +1383,15 @@ class Traffic:
                 self.whole(s)
         else:
             self.info("a completion failed: the QPs are in the error state, stopped there")
+        for q in sorted(self.dead - self.why_dead, key=lambda q: q.qp.qp_num):
+            if q.tag == "a":
+                self.fail(None, "QP %d (side A) and its peer were flushed without an error "
+                          "completion to say why" % q.qp.qp_num)
+        if self.args.isolate:
+            self.info("isolated: %d of %d QP pairs stopped at an error completion, %d operations "
+                      "left unposted, %d failures other than error completions" %
+                      (len(self.dead) // 2, len(self.pairs), self.unposted,
+                       self.failures - self.status_failures))
         self.wall = time.monotonic() - t0
         if self.inject:
             raise SetupError("--inject %s: no operation to inject into" % ",".join(self.inject))
@@ -1343,6 +1400,14 @@ class Traffic:
         """The whole MR against the model: nothing wrote where no operation was aimed."""
         step = 4 << 20
         bad = 0
+        # What a stopped pair's unfinished operations may have written is unknown: the model
+        # takes what is there.
+        for op in self.abandoned:
+            regions = [r for r, _ in op.regions]
+            regions += [b.region for b in (op.recv, op.posted_recv) if b is not None]
+            for r in regions:
+                if r.side is s:
+                    s.shadow[r.start:r.end] = s.mr.read(r.size, r.start)
         model = memoryview(s.shadow)  # slices without copies
         for off in range(0, s.size, step):
             n = min(step, s.size - off)
@@ -1409,6 +1474,11 @@ def main():
     p.add_argument("--lossy", action="store_true",
                    help="the link loses packets: a Write through an invalidated R_Key may end in "
                    "RETRY_EXC_ERR (its NAK lost, the responder's QP in the error state), a refusal")
+    p.add_argument("--isolate", action="store_true",
+                   help="an error completion stops only its QP pair (its other operations are "
+                   "not posted, what its unfinished ones may have written is left out of the "
+                   "checks) while the other pairs go on; a last line counts the failures other "
+                   "than error completions (RC without --srq)")
     p.add_argument("--inject", default="", metavar="KINDS",
                    help="self-test: corrupt what the checks read, once per kind (%s); the run "
                    "must then fail" % ",".join(INJECT_KINDS))
@@ -1421,6 +1491,8 @@ def main():
         for k in args.inject:
             if k not in INJECT_KINDS:
                 raise SetupError("--inject: unknown kind %r" % k)
+        if args.isolate and (args.qp_type != "rc" or args.srq):
+            raise SetupError("--isolate: RC QP pairs with receive queues of their own only")
         if args.window < 1 or args.qps < 1 or args.iters < 0 or args.random < 0:
             raise SetupError("--window and --qps must be at least 1")
         set_mtu(args)
