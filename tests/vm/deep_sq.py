@@ -16,6 +16,9 @@ own inline data.
    each with its own bytes, so no inline place was overwritten while its WR was outstanding.
 3. Flush: A's QP is moved to Error and DEPTH more Writes are posted; every one completes with
    WR_FLUSH_ERR, in order.
+4. Receives posted in Error, a while after the flush: rdma-core posts a receive without a
+   system call, so only the kernel's poll of the ring finds them; each completes with
+   WR_FLUSH_ERR, in order, within RECV_FLUSH_S (a drain waits for such a flush).
 
 Prints one "ok DESC" / "not ok DESC: WHY" line per part (see run_points in lib.sh).
 usage: deep_sq.py DEV_A GID_INDEX_A DEV_B GID_INDEX_B NETNS_B NETDEV_B
@@ -34,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rcpair import ACK_TIMEOUT, Dev, Qp, point, status_name  # noqa: E402
 
 DEPTH = 400
+RECV_FLUSH_S = 3.0
 # Four SGEs a WR give an inline room of 64 bytes (the rxe geometry: a WQE holds its SGEs or its
 # inline data, whichever is larger).
 SEND_SGE = 4
@@ -64,15 +68,16 @@ def completions(qp, n, secs, times=None):
     return got
 
 
-def in_order(wcs, n, status, what):
-    """None if `wcs` are `n` completions of wr_id 0..n-1 in order, all with `status`; else why."""
+def in_order(wcs, n, status, what, first=0):
+    """None if `wcs` are `n` completions of wr_id first..first+n-1 in order, all with `status`;
+    else why."""
     if len(wcs) != n:
         return "%s: %d of %d completions came" % (what, len(wcs), n)
     for i, wc in enumerate(wcs):
-        if wc.wr_id != i:
+        if wc.wr_id != first + i:
             return "%s: completion %d is for wr_id %d" % (what, i, wc.wr_id)
         if wc.status != status:
-            return "%s: wr_id %d completed with %s" % (what, i, status_name(wc.status))
+            return "%s: wr_id %d completed with %s" % (what, wc.wr_id, status_name(wc.status))
     return None
 
 
@@ -173,6 +178,18 @@ def flush(a, b, qa):
     return in_order(completions(qa, DEPTH, 60.0), DEPTH, e.IBV_WC_WR_FLUSH_ERR, "flushed Writes")
 
 
+def recv_flush(a, qa):
+    """Part 4: A's QP has been in Error for a while, its rings empty."""
+    time.sleep(2.0)
+    n = 16
+    t0 = time.monotonic()
+    for i in range(n):
+        qa.qp.post_recv(RecvWR(wr_id=DEPTH + i, num_sge=1, sg=[SGE(a.mr.buf, 64, a.mr.lkey)]))
+    got = completions(qa, n, RECV_FLUSH_S)
+    print("# %d of %d receives flushed after %.2f s" % (len(got), n, time.monotonic() - t0))
+    return in_order(got, n, e.IBV_WC_WR_FLUSH_ERR, "receives posted in Error", DEPTH)
+
+
 def main():
     if len(sys.argv) != 7:
         sys.exit(__doc__)
@@ -190,6 +207,9 @@ def main():
     why = flush(a, b, qa)
     point(why is None, "%d Writes posted in Error all complete with WR_FLUSH_ERR, in order"
           % DEPTH, why)
+    why = recv_flush(a, qa)
+    point(why is None, "receives posted to a QP long in Error complete with WR_FLUSH_ERR within "
+          "%.0f s, in order" % RECV_FLUSH_S, why)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 //! A user QP's send and receive rings: mmapped rxe-layout rings that rdma-core fills without a
 //! system call. The kernel takes WQEs from them into the core whenever the QP runs (the send
-//! doorbell, a packet, the work item) and, while the peer may wait for credits or the QP must
-//! flush what user space posts in Error, polls them on a timer.
+//! doorbell, a packet, the work item) and, while the peer may wait for credits or the QP is in
+//! Error (what user space posts there must be flushed), polls them on a timer.
 
 use super::kernel_inline;
 use super::outputs::QpOut;
@@ -26,6 +26,11 @@ use kernel::prelude::*;
 const RING_POLL_NS: u64 = 20_000;
 /// Longest ring poll period.
 const RING_POLL_MAX_NS: u64 = 16_000_000;
+/// Longest ring poll period of a QP in Error whose rings are empty. User space may still post
+/// there (a drain posts a marker WR and waits for its flush, which says every earlier WR is
+/// done), and without a system call only a poll finds it: it is flushed within this time. A QP
+/// left in Error costs ten looks a second.
+const ERROR_POLL_MAX_NS: u64 = 100_000_000;
 /// How long the ring poll of a QP without credits goes on after the peer last showed that it
 /// wants some (a duplicate request, such as a credit probe, or a Send the responder RNR-NAKed).
 /// A requester held for credits probes at least every [`CREDIT_PROBE_MAX_NS`]; a QP whose peer
@@ -179,9 +184,9 @@ impl UserRings {
             self.asked = asked;
             self.credit_wanted_until = now.saturating_add(CREDIT_WANTED_NS);
         }
-        if self.needs_poll(core, now) {
+        if let Some(max) = self.poll_limit(core, now) {
             if !timers.is_set(QpTimer::RingPoll) {
-                self.poll_period = (self.poll_period * 2).clamp(RING_POLL_NS, RING_POLL_MAX_NS);
+                self.poll_period = (self.poll_period * 2).clamp(RING_POLL_NS, max);
                 timers.set(QpTimer::RingPoll, now + self.poll_period);
             }
         } else {
@@ -190,18 +195,24 @@ impl UserRings {
         }
     }
 
-    /// Whether the rings need polling: the peer is stalled for credits, or the QP is in Error
-    /// and user space posted WQEs to flush.
-    fn needs_poll(&self, core: &CoreQp, now: u64) -> bool {
-        let Some(rq) = self.rq.as_ref() else {
-            return false;
-        };
+    /// Whether the rings need polling, and at most how far apart: the peer is stalled for
+    /// credits, or the QP is in Error, where what user space posts must be flushed (soon if it
+    /// posted already).
+    fn poll_limit(&self, core: &CoreQp, now: u64) -> Option<u64> {
+        let rq = self.rq.as_ref()?;
         match core.state() {
             QpState::Rtr | QpState::Rts | QpState::Sqd => {
-                core.rq_logic().credits() == 0 && now < self.credit_wanted_until
+                (core.rq_logic().credits() == 0 && now < self.credit_wanted_until)
+                    .then_some(RING_POLL_MAX_NS)
             }
-            QpState::Error => rq.count() > 0 || self.sq.as_ref().is_some_and(|s| s.count() > 0),
-            _ => false,
+            QpState::Error => {
+                if rq.count() > 0 || self.sq.as_ref().is_some_and(|s| s.count() > 0) {
+                    Some(RING_POLL_MAX_NS)
+                } else {
+                    Some(ERROR_POLL_MAX_NS)
+                }
+            }
+            _ => None,
         }
     }
 }
