@@ -179,7 +179,7 @@ bool rvr_dst_leaves_by(const struct dst_entry *dst, const struct net_device *dev
 
 bool rvr_dst_dead(const struct dst_entry *dst)
 {
-	return READ_ONCE(dst->obsolete) == DST_OBSOLETE_DEAD;
+	return READ_ONCE(dst->obsolete) == DST_OBSOLETE_DEAD || dst_dev(dst) == blackhole_netdev;
 }
 
 u32 rvr_rt6_get_cookie(struct dst_entry *dst)

@@ -76,7 +76,8 @@ struct dst_entry *rvr_dst_clone(struct dst_entry *dst);
 struct dst_entry *rvr_dst_check(struct dst_entry *dst, u32 cookie);
 /* Whether packets on `dst` leave through `dev` (not, say, through lo to a local address). */
 bool rvr_dst_leaves_by(const struct dst_entry *dst, const struct net_device *dev);
-/* Whether `dst` was released with its device (`dst_dev_put`): it discards every packet. */
+/* Whether `dst` was released with its device (`dst_dev_put`, or moved to the blackhole device
+ * when it went): it discards every packet. */
 bool rvr_dst_dead(const struct dst_entry *dst);
 u32 rvr_rt6_get_cookie(struct dst_entry *dst);
 

@@ -380,30 +380,29 @@ impl DevShared {
         Ok(())
     }
 
-    /// A port came up: every QP's work item looks up the routes of its paths again. A netdev
-    /// taken down released the routes through it, and the ones the QPs keep discard packets
-    /// from then on; without this, the first packet of each QP after the link returns would be
-    /// lost, costing a retry. Any context.
-    pub fn port_up(&self) -> Result {
+    /// Port `port` came up: every QP whose paths leave through it without a valid route has
+    /// its work item look them up. A netdev taken down released the routes through it, and the
+    /// ones the QPs keep discard packets from then on; without this, the first packet of each
+    /// QP after the link returns would be lost, costing a retry. Process context.
+    pub fn port_up(&self, port: u8) -> Result {
         for qp in &self.qps_now()? {
-            qp.routes_due();
+            qp.port_came_up(port);
         }
         Ok(())
     }
 
-    /// References to the QPs that exist now.
+    /// References to the QPs that exist now (those made meanwhile have their routes looked up
+    /// as they connect). Process context: the list is allocated with the lock dropped.
     fn qps_now(&self) -> Result<KVec<Arc<QpShared>>> {
-        let mut qps = KVec::new();
+        let used = |s: &QpSlot| matches!(s, QpSlot::Used(_));
+        let n = self.qps.lock().slots.iter().filter(|s| used(s)).count();
+        let mut qps = KVec::with_capacity(n, GFP_KERNEL)?;
         let t = self.qps.lock();
-        let n = t
-            .slots
-            .iter()
-            .filter(|s| matches!(s, QpSlot::Used(_)))
-            .count();
-        qps.reserve(n, GFP_ATOMIC)?;
         for s in t.slots.iter() {
             if let QpSlot::Used(qp) = s {
-                qps.push_within_capacity(qp.clone()).map_err(|_| ENOMEM)?;
+                if qps.push_within_capacity(qp.clone()).is_err() {
+                    break;
+                }
             }
         }
         Ok(qps)

@@ -128,10 +128,13 @@ impl NetdevHandler for RvrNetdevEvents {
                 // ib_core would do this for devices in its netdev index; ours are not in it.
                 NetdevEvent::LinkChange => {
                     reg.dispatch_port_state_event(ndev);
-                    if ndev.ib_port_state() == PortState::Active {
-                        // A failed allocation leaves the routes to the packets that find them
-                        // stale (each lost once).
-                        let _ = dev.data().shared.port_up();
+                    // Also at each NETDEV_CHANGE while ACTIVE: IPv6 puts a kept address's
+                    // prefix route back only once the link is operationally up. A failed
+                    // allocation leaves the routes to the packets that find them stale (each
+                    // lost once).
+                    let port = dev.data().port_of(ndev).and_then(|p| u8::try_from(p).ok());
+                    if let (PortState::Active, Some(port)) = (ndev.ib_port_state(), port) {
+                        let _ = dev.data().shared.port_up(port);
                     }
                     // The bonding policy follows the ports (a failed allocation only skips it
                     // this time: the QPs then migrate at their retry exhaustion).

@@ -143,8 +143,8 @@ impl Route {
         !unsafe { b::rvr_dst_check(self.dst.as_ptr(), self.cookie) }.is_null()
     }
 
-    /// Whether the route went with its device (taken down, or gone): it discards every packet,
-    /// and only a new lookup finds a way out.
+    /// Whether the route went with its device (taken down, or gone: released, or moved to the
+    /// blackhole device): it discards every packet, and only a new lookup finds a way out.
     pub fn is_dead(&self) -> bool {
         // SAFETY: we hold a reference on the dst (type invariant); the helper only reads it.
         unsafe { b::rvr_dst_dead(self.dst.as_ptr()) }

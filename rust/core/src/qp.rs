@@ -288,6 +288,11 @@ where
         self.apm.primary()
     }
 
+    /// The alternate path, if one is loaded.
+    pub fn alt_path(&self) -> Option<&PathInfo> {
+        self.apm.alternate()
+    }
+
     /// Counters.
     pub fn counters(&self) -> QpCounters {
         self.own

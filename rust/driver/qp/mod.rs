@@ -420,11 +420,24 @@ impl QpShared {
         self.refresh_routes();
     }
 
-    /// The work item looks up the routes of the QP's paths that are no longer valid (a port
-    /// came up, see `DevShared::port_up`). Any context.
-    pub(crate) fn routes_due(self: &Arc<Self>) {
-        self.inner.lock().paths.need_route = true;
-        self.schedule();
+    /// Port `port` came up (see `DevShared::port_up`): if the primary or alternate path leaves
+    /// through it without a valid route, the work item looks the routes up. Queued under the
+    /// lock, so that a destroy, which sets `dead` under it and then waits for the work item,
+    /// finds the item queued or none at all. Any context.
+    pub(crate) fn port_came_up(self: &Arc<Self>, port: u8) {
+        let mut g = self.inner.lock();
+        if g.dead {
+            return;
+        }
+        let core = &g.core;
+        let stale = [Some(core.primary_path()), core.alt_path()]
+            .into_iter()
+            .flatten()
+            .any(|p| p.port_num == port && !g.paths.has_route(p));
+        if stale {
+            g.paths.need_route = true;
+            self.schedule();
+        }
     }
 
     /// Queues the QP's work item (a no-op if it is queued already). Any context.

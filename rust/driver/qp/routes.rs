@@ -2,8 +2,9 @@
 
 //! The routes of a QP's paths. A route lookup may enable BH, so none runs under the QP lock:
 //! Modify QP looks the new paths up before its transition, and a packet that finds no valid
-//! route asks the work item (process context, no lock) for a lookup ([`QpOut::need_route`]);
-//! meanwhile a stale route still carries packets.
+//! route asks the work item (process context, no lock) for a lookup ([`QpOut::need_route`]), as
+//! does a port that comes up for the paths through it; meanwhile a stale route still carries
+//! packets.
 //!
 //! [`QpOut::need_route`]: super::outputs::QpOut::need_route
 

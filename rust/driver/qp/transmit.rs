@@ -135,10 +135,9 @@ pub(super) fn build(
         return (None, false);
     };
     // No lookup runs here, with IRQs off (it may enable BH, see `net::tx`). A stale route
-    // still carries the packet (we hold its dst; one whose device is gone drops it, as a lost
-    // packet), so a route change costs no retransmission; with none at all the transport
-    // timer resends it.
-    // A dead route (its netdev was taken down) would discard the packet: as good as none.
+    // still carries the packet (we hold its dst), so a route change costs no retransmission.
+    // A dead one (its netdev was taken down or is gone) would discard it: as good as none, and
+    // with none the transport timer resends it.
     let Some(route) = routes::stored(routes, path).filter(|r| !r.is_dead()) else {
         return (None, true);
     };

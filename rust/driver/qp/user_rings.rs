@@ -28,9 +28,10 @@ const RING_POLL_NS: u64 = 20_000;
 const RING_POLL_MAX_NS: u64 = 16_000_000;
 /// Longest ring poll period of a QP in Error whose rings are empty. User space may still post
 /// there (a drain posts a marker WR and waits for its flush, which says every earlier WR is
-/// done), and without a system call only a poll finds it: it is flushed within this time. A QP
-/// left in Error costs ten looks a second.
-const ERROR_POLL_MAX_NS: u64 = 100_000_000;
+/// done), and without a system call only a poll finds it: it is flushed within this time, and
+/// sooner right after the QP entered Error (the period doubles from its first). A QP left in
+/// Error costs one look a second.
+const ERROR_POLL_MAX_NS: u64 = 1_000_000_000;
 /// How long the ring poll of a QP without credits goes on after the peer last showed that it
 /// wants some (a duplicate request, such as a credit probe, or a Send the responder RNR-NAKed).
 /// A requester held for credits probes at least every [`CREDIT_PROBE_MAX_NS`]; a QP whose peer
@@ -202,8 +203,8 @@ impl UserRings {
         let rq = self.rq.as_ref()?;
         match core.state() {
             QpState::Rtr | QpState::Rts | QpState::Sqd => {
-                (core.rq_logic().credits() == 0 && now < self.credit_wanted_until)
-                    .then_some(RING_POLL_MAX_NS)
+                let wanted = core.rq_logic().credits() == 0 && now < self.credit_wanted_until;
+                wanted.then_some(RING_POLL_MAX_NS)
             }
             QpState::Error => {
                 if rq.count() > 0 || self.sq.as_ref().is_some_and(|s| s.count() > 0) {
