@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ktap_print_header
-ktap_set_plan 22
+ktap_set_plan 23
 dut_setup 1
 
 d=${DUT}0
@@ -84,6 +84,8 @@ result "ibv_devinfo -v -d $d opens the device (provider matched)" "$info_rc" "$i
 check "transport: InfiniBand (0)" field_is transport "InfiniBand (0)"
 check "phys_port_cnt: 1" field_is phys_port_cnt 1
 check "node_guid is not zero" eval '[[ $(field node_guid) =~ [1-9a-f] ]]'
+# One device is one system image (SYS_IMAGE_GUID is set): its GUID is the node GUID.
+check "sys_image_guid is the node GUID" eval '[ "$(field sys_image_guid)" = "$(field node_guid)" ]'
 ND_WAS=$(cat "$ND")
 check "node_desc written in sysfs reads back" node_desc_set "$d test node" "$d test node"
 check "a node_desc of ${#LONG_DESC} bytes is cut at 64" \

@@ -8,7 +8,8 @@
 # completes with IBV_WC_MW_BIND_ERR.
 # rvrdma to rvrdma, rdma_rxe to rvrdma and rvrdma to rdma_rxe. Where rvrdma owns the windows,
 # also: a Write past the window's end is refused (rdma_rxe checks only the MR's range: with its
-# windows that outcome is a diagnostic), deregistering an MR with a bound window is EBUSY
+# windows that outcome is a diagnostic), a type 2 window answers only on the QP that bound it
+# (type 2B), deregistering an MR with a bound window is EBUSY
 # (rdma_rxe: EINVAL), and the capability flags.
 . "$(dirname "$0")/lib.sh"
 
@@ -27,13 +28,13 @@ main() {
 		return
 	fi
 	ktap_print_header
-	ktap_set_plan $((2 * (POINTS + 5) + POINTS + 1))
+	ktap_set_plan $((2 * (POINTS + 6) + POINTS + 1))
 	dut_setup 1
 	pair_up
-	run_points $((POINTS + 4)) "memory_windows.py rvrdma -> rvrdma" timeout 300 \
+	run_points $((POINTS + 5)) "memory_windows.py rvrdma -> rvrdma" timeout 300 \
 		"$PY" "$RVRDMA_TESTS_DIR/memory_windows.py" "${DUT}0" "$GA" "${DUT}1" "$GB" --owner-checks
 	rxe_on_b
-	run_points $((POINTS + 4)) "memory_windows.py rxe -> rvrdma (windows on rvrdma)" timeout 300 \
+	run_points $((POINTS + 5)) "memory_windows.py rxe -> rvrdma (windows on rvrdma)" timeout 300 \
 		"$PY" "$RVRDMA_TESTS_DIR/memory_windows.py" rxe1 "$GX" "${DUT}0" "$GA" --owner-checks
 	run_points "$POINTS" "memory_windows.py rvrdma -> rxe (windows on rdma_rxe)" timeout 300 \
 		"$PY" "$RVRDMA_TESTS_DIR/memory_windows.py" "${DUT}0" "$GA" rxe1 "$GX"

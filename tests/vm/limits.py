@@ -26,18 +26,19 @@ from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rcpair import point  # noqa: E402
 
-# ibv_device_cap_flags (verbs.h values: rdma-core 44's pyverbs does not name them all) rvrdma
-# may set, with the guest test that proves each.
+# ibv_device_cap_flags and the extended ones of ibv_query_device_ex (verbs.h values: rdma-core
+# 44's pyverbs does not name them all) rvrdma may set, with the guest test that proves each.
 PROVEN = {
     1 << 4: "AUTO_PATH_MIG: 41-apm, 42-apm-sample",
-    1 << 5: "CHANGE_PHY_PORT: 21-seed004",
     1 << 10: "PORT_ACTIVE_EVENT: 04-port-events",
     1 << 11: "SYS_IMAGE_GUID: 03-attrs",
-    1 << 12: "RC_RNR_NAK_GEN: 20-rc-pingpong",
     1 << 13: "SRQ_RESIZE: 22-srq (srq_resize.py)",
     1 << 17: "MEM_WINDOW: 60-memory-windows",
     1 << 21: "MEM_MGT_EXTENSIONS: 52-nvmeof (fast registration, remote invalidation)",
-    1 << 24: "MEM_WINDOW_TYPE_2B: 60-memory-windows",
+    1 << 24: "MEM_WINDOW_TYPE_2B: 60-memory-windows (a window answers only on its QP)",
+    1 << 38: "FLUSH_GLOBAL: 59-atomic-write (MRs with the access; FLUSH itself, which rdma-core 44 "
+             "cannot post: the host simulation)",
+    1 << 40: "ATOMIC_WRITE: 59-atomic-write",
 }
 
 
@@ -198,7 +199,7 @@ def main():
     limit_point("pkey_tbl_len %d: P_Key index %d at INIT, not %d" % (p, p - 1, p),
                 init_with(p - 1), init_with(p))
 
-    flags = a.device_cap_flags
+    flags = a.device_cap_flags | ctx.query_device_ex().device_cap_flags_ex
     unproven = [f for f in range(64) if flags & (1 << f) and (1 << f) not in PROVEN]
     print("# device_cap_flags 0x%x: %s" % (flags, "; ".join(
         t for f, t in sorted(PROVEN.items()) if flags & f)))

@@ -19,6 +19,9 @@ For the pair A -> B it checks, each on fresh RC QP pairs:
   outside    (with --owner-checks) a Write that starts inside the window and ends past it gives
              IBV_WC_REM_ACCESS_ERR and B's memory is unchanged (rdma_rxe checks only the MR's
              range, not the window's: without --owner-checks the outcome is a diagnostic);
+  one QP     (with --owner-checks) a type 2 window is bound to the QP that bound it (type 2B):
+             a Write through it on another QP pair gives IBV_WC_REM_ACCESS_ERR, memory
+             unchanged, while the same Write on the binding QP's pair lands;
   dereg      (with --owner-checks) B's MR with a bound window cannot be deregistered (EBUSY);
              after the window is deallocated it can;
   caps       (with --owner-checks) B advertises IBV_DEVICE_MEM_WINDOW, MEM_WINDOW_TYPE_2B and
@@ -169,6 +172,39 @@ def refused_access(a, b, rng, desc, access, offset, length, diag_only=False):
     close(mw, qa, qb, o.mr)
 
 
+def one_qp(a, b, rng):
+    """Type 2B: the window answers only on the QP it was bound through."""
+    o = Owner(b, rng)
+    qa, qb = pair(a, b)
+    qa2, qb2 = pair(a, b)
+    mw = MW(b.pd, e.IBV_MW_TYPE_2)
+    why = []
+    wc, rkey = o.bind_type2(qb, mw)
+    if wc is None or wc.status != e.IBV_WC_SUCCESS:
+        why.append("bind: %s" % wc_str(wc))
+    else:
+        data = bytes(rng.getrandbits(8) for _ in range(256))
+        a.mr.write(data, len(data))
+        va = o.mr.buf + WIN_OFF
+        wc = rdma(qa2, e.IBV_WR_RDMA_WRITE, rkey, va, len(data), 2)
+        if wc is None or wc.status != e.IBV_WC_REM_ACCESS_ERR:
+            why.append("Write on another QP pair: %s, want IBV_WC_REM_ACCESS_ERR" % wc_str(wc))
+        bad = o.unchanged()
+        if bad:
+            why.append("after the Write on another QP pair: " + bad)
+        wc = rdma(qa, e.IBV_WR_RDMA_WRITE, rkey, va, len(data), 3)
+        if wc is None or wc.status != e.IBV_WC_SUCCESS:
+            why.append("Write on the binding QP's pair: %s" % wc_str(wc))
+        o.model[WIN_OFF:WIN_OFF + len(data)] = data
+        bad = o.unchanged()
+        if bad:
+            why.append("after the Write on the binding QP's pair: " + bad)
+    point(not why, "a type 2 window answers only on the QP that bound it: a Write on another QP "
+          "pair gives IBV_WC_REM_ACCESS_ERR, memory unchanged; on the binding QP's it lands",
+          "; ".join(why))
+    close(mw, qa, qb, qa2, qb2, o.mr)
+
+
 def invalidate(a, b, rng):
     o = Owner(b, rng)
     qa, qb = pair(a, b)
@@ -303,6 +339,7 @@ def main():
                    "IBV_WC_REM_ACCESS_ERR, memory unchanged", RW, WIN_OFF + WIN_LEN - 32, 64,
                    diag_only=not owner_checks)
     if owner_checks:
+        one_qp(a, b, rng)
         dereg(a, b, rng)
         caps(b)
 
