@@ -216,6 +216,12 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                 self.res_hold = None;
             }
         }
+        // A hold that begins here covers no resource sent before: it would keep this new one,
+        // never answered, waiting for a duplicate its requester has no reason to send (and
+        // every ACK queued behind it).
+        if self.res_hold == Some(self.res_tail) {
+            self.res_hold = None;
+        }
         let i = res_slot(self.res_tail);
         let ack_before = self.pending_ack.take();
         if let Some(r) = self.res.get_mut(i) {

@@ -91,6 +91,8 @@ pub struct Config {
     /// Link 0 goes down and up by turns, `(up, down)` ns each, starting up (`ip link set down`
     /// and `up` in a loop): packets sent, or due to arrive, while it is down are lost.
     pub flap: Option<(u64, u64)>,
+    /// Virtual time a run may take (ns).
+    pub time_limit: u64,
     pub trace: bool,
 }
 
@@ -182,6 +184,7 @@ impl Config {
             lose_initial_ack: false,
             reads_only: false,
             flap: None,
+            time_limit: 30_000_000_000,
             trace: false,
         }
     }
@@ -921,7 +924,7 @@ impl Sim {
     pub fn run(&mut self) -> Result<(), String> {
         self.drive_posts();
         self.progress_all();
-        let limit_ns = 30_000_000_000u64;
+        let limit_ns = self.cfg.time_limit;
         loop {
             self.steps += 1;
             let max_steps = if self.cfg.bottleneck.is_some() {
