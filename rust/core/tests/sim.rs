@@ -296,6 +296,31 @@ fn sim_srq_both_ways_without_initial_credits() {
     }
 }
 
+/// Bulk traffic as the guest tests run it (a 268 ms local ACK timeout, 4 Reads and atomics in
+/// flight, `wrs` WRs each way) through one queue passing a packet per `per_packet` ns, then
+/// `delay` ns, which `reorder` per mille of the packets skip.
+fn guest_like(
+    seed: u64,
+    max_len: u32,
+    wrs: usize,
+    per_packet: u64,
+    delay: u64,
+    reorder: u64,
+) -> Config {
+    let mut cfg = Config::bulk(seed, max_len);
+    cfg.timeout = 16;
+    cfg.max_rd_atomic = 4;
+    cfg.n_wrs = [wrs, wrs];
+    cfg.bottleneck = Some(sim::world::Bottleneck {
+        per_packet,
+        limit: 1000,
+        delay,
+        reorder,
+        lanes: 1,
+    });
+    cfg
+}
+
 /// A link that goes down and up every 0.5 s (guest test 65 flaps veth0 so) under bulk traffic
 /// of every opcode, with a 268 ms local ACK timeout: each outage costs timeouts, and every WR
 /// completes intact anyway, for a retry count of 7 outlasts an outage of 0.5 s (an attempt in
@@ -304,22 +329,12 @@ fn sim_srq_both_ways_without_initial_credits() {
 fn sim_flapping_link() {
     let (seeds, replay) = seeds_or_replay("SIM_FLAP_SEED", 0..8);
     for seed in seeds {
-        // Messages up to 160 KiB, for the regions of a bulk run.
-        let mut cfg = Config::bulk(seed, 160 << 10);
+        // Messages up to 160 KiB, for the regions of a bulk run; 2.5 MB/s each way: the run
+        // spans about ten outages.
+        let mut cfg = guest_like(seed, 160 << 10, 150, 400_000, 1_000_000, 0);
         cfg.loss = 0;
         cfg.dup = 0;
-        cfg.timeout = 16;
-        cfg.max_rd_atomic = 4;
-        cfg.n_wrs = [150, 150];
         cfg.flap = Some((500_000_000, 500_000_000));
-        // 2.5 MB/s each way: the run spans about ten outages.
-        cfg.bottleneck = Some(sim::world::Bottleneck {
-            per_packet: 400_000,
-            limit: 1000,
-            delay: 1_000_000,
-            reorder: 0,
-            lanes: 1,
-        });
         cfg.trace = replay;
         let (r, c) = run_traced(cfg);
         let t = c[0].sq.timeouts;
@@ -342,20 +357,10 @@ fn sim_flapping_link() {
 fn sim_storm_regressions() {
     let (seeds, replay) = seeds_or_replay("SIM_STORM_SEED", 30..40);
     for seed in seeds {
-        let mut cfg = Config::bulk(seed, 64 << 10);
+        let mut cfg = guest_like(seed, 64 << 10, 60, 20_000, 10_000_000, 250);
         cfg.loss = 110;
         cfg.dup = 50;
-        cfg.timeout = 16;
-        cfg.max_rd_atomic = 4;
         cfg.time_limit = 600_000_000_000;
-        cfg.n_wrs = [60, 60];
-        cfg.bottleneck = Some(sim::world::Bottleneck {
-            per_packet: 20_000,
-            limit: 1000,
-            delay: 10_000_000,
-            reorder: 250,
-            lanes: 1,
-        });
         cfg.trace = replay;
         let (r, _) = run_traced(cfg);
         assert!(
