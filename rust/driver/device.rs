@@ -142,6 +142,7 @@ impl IbDriver for RvrDevice {
             // with kernel/patches/0001 applied (README, "Path migration").
             device_cap_flags: DeviceAttr::CAP_PORT_ACTIVE_EVENT
                 | DeviceAttr::CAP_SYS_IMAGE_GUID
+                | DeviceAttr::CAP_RC_RNR_NAK_GEN
                 | DeviceAttr::CAP_AUTO_PATH_MIG
                 | DeviceAttr::CAP_SRQ_RESIZE
                 | DeviceAttr::CAP_MEM_MGT_EXTENSIONS

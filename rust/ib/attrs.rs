@@ -125,6 +125,8 @@ impl DeviceAttr {
     /// `IB_DEVICE_PORT_ACTIVE_EVENT`: the device reports port active events.
     pub const CAP_PORT_ACTIVE_EVENT: u64 =
         b::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT as u64;
+    /// `IB_DEVICE_RC_RNR_NAK_GEN`: an RC QP answers a Send it has no receive for with an RNR NAK.
+    pub const CAP_RC_RNR_NAK_GEN: u64 = b::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN as u64;
     /// `IB_DEVICE_SYS_IMAGE_GUID`: `sys_image_guid` is valid.
     pub const CAP_SYS_IMAGE_GUID: u64 = b::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID as u64;
     /// `IB_DEVICE_AUTO_PATH_MIG`: Automatic Path Migration.

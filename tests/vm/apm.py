@@ -32,7 +32,7 @@ from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.qp import QPAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from rcpair import Dev, Qp, gid_index
+from rcpair import Dev, Qp, gid_index, link_counters
 
 NS = {"a": os.environ.get("NS_A", "rvA"), "b": os.environ.get("NS_B", "rvB")}
 ADDR = {("a", 1): "10.77.0.1", ("a", 2): "10.77.1.1", ("b", 1): "10.77.0.2", ("b", 2): "10.77.1.2"}
@@ -284,13 +284,6 @@ class Stream:
               "(%d bad)" % (what, self.bad_data))
 
 
-def stat(dev, port, name):
-    """A counter from `rdma statistic show link DEV/PORT`."""
-    out = subprocess.run(["rdma", "statistic", "show", "link", "%s/%d" % (dev, port)],
-                         check=True, capture_output=True, text=True).stdout.split()
-    return int(out[out.index(name) + 1]) if name in out else -1
-
-
 def link(port, up):
     ip(NS["a"], "link", "set", LINK[port], "up" if up else "down")
 
@@ -413,7 +406,7 @@ def mig_err(a, b):
         check(b.wait_event(e.IBV_EVENT_PATH_MIG_ERR, 10) is not None,
               "B raised PATH_MIG_ERR for MigReq packets from the wrong address (events %s)" %
               b.names())
-        dropped = stat(b.name, 2, "path_mig_errors")
+        dropped = link_counters(b.name, 2).get("path_mig_errors", -1)
         check(b.count(e.IBV_EVENT_PATH_MIG_ERR) == 1 and dropped > 1,
               "one PATH_MIG_ERR for the %d retransmitted bad requests (rdma statistic "
               "path_mig_errors)" % dropped)

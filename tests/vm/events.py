@@ -60,7 +60,7 @@ def expect_some(q, at_most, what, opcode, secs=1.0, length=None):
     return len(got)
 
 
-def pair(a, b, cqe_a=64, srq_b=None, b_rts=True, cqe_b=64, access_b=None):
+def pair(a, b, cqe_a=64, srq_b=None, b_rts=True, cqe_b=64, access_b=None, rnr_timer_b=1):
     qa, qb = Qp(a, cqe_a), Qp(b, cqe_b, srq=srq_b)
     qa.to_init()
     if access_b is None:
@@ -69,7 +69,7 @@ def pair(a, b, cqe_a=64, srq_b=None, b_rts=True, cqe_b=64, access_b=None):
         qb.to_init(access_b)
     qa.to_rtr(qb, min_rnr_timer=1)
     qa.to_rts()
-    qb.to_rtr(qa, min_rnr_timer=1)
+    qb.to_rtr(qa, min_rnr_timer=rnr_timer_b)
     if b_rts:
         qb.to_rts()
     return qa, qb
@@ -144,36 +144,68 @@ def rq_cq_err(a, b):
     overflowed(b, qb, 4, "responder's receive CQ", e.IBV_WC_RECV)
 
 
-# The Sends of the SQD scenario: 32 packets each at MTU 1024, so that the first is on the wire
-# when the Modify QP to SQD comes, and twice the send window (128 packets) in all, so that the
-# last usually wait for it: SQD holds those until the QP is back in RTS.
-SQD_SENDS, SQD_LEN = 8, 32768
+# The Sends of the SQD scenario: 32 packets each at MTU 1024, twice the send window (128
+# packets) in all, so that at most half of them can have begun when the Modify QP to SQD comes.
+# B's QP takes its receives from an SRQ (so it gives no end-to-end credits: A sends regardless)
+# that is empty until then: the first Send draws RNR NAKs (retried every 10.24 ms, RNR timer
+# 20) and stays in progress, where a Send with a receive waiting would complete inside its own
+# doorbell.
+SQD_SENDS, SQD_LEN, SQD_RNR_TIMER = 8, 32768, 20
 
 
-def sqd_pair(a, b):
-    """A connected pair that has carried one Send (its path is known), with SQD_SENDS Sends of
-    SQD_LEN bytes just posted on `qa`."""
-    qa, qb = pair(a, b)
-    qb.recv(1)
+def rnr_naks(dev):
+    """Port 1's rcvd_rnr_err counter, from sysfs: quicker to read than `rdma statistic`."""
+    with open("/sys/class/infiniband/%s/ports/1/hw_counters/rcvd_rnr_err" % dev) as f:
+        return int(f.read())
+
+
+def srq_recv(srq, dev, n, length):
+    for _ in range(n):
+        srq.post_recv(RecvWR(num_sge=1, sg=[SGE(dev.mr.buf, length, dev.mr.lkey)]))
+
+
+def sqd_pair(a, b, notify):
+    """A connected pair, B's QP on an SRQ, that has carried one Send (its path is known), then
+    has SQD_SENDS Sends of SQD_LEN bytes posted on `qa`, the first of them held by RNR NAKs, and
+    `qa` moved to SQD (asking for SQ_DRAINED if `notify`). Returns the QPs and the SRQ."""
+    srq = SRQ(b.pd, SrqInitAttr(attr=SrqAttr(max_wr=2 * SQD_SENDS, max_sge=1)))
+    qa, qb = pair(a, b, srq_b=srq, rnr_timer_b=SQD_RNR_TIMER)
+    srq_recv(srq, b, 1, 64)
     qa.send(1)
     expect_wcs(qa, 1, "SQD set-up: a first Send completes", opcode=e.IBV_WC_SEND)
     expect_wcs(qb, 1, "SQD set-up: ... and is received", opcode=e.IBV_WC_RECV)
-    qb.recv(SQD_SENDS, SQD_LEN)
+    before = rnr_naks(a.ctx.name)
     qa.send(SQD_SENDS, SQD_LEN)
-    return qa, qb
+    end = time.monotonic() + 5.0
+    now = before
+    while now == before and time.monotonic() < end:
+        now = rnr_naks(a.ctx.name)
+    check(now != before, "SQD set-up: the first Send is in progress, drawing RNR NAKs "
+          "(rcvd_rnr_err %d -> %d)" % (before, now))
+    at = QPAttr()
+    at.qp_state = e.IBV_QPS_SQD
+    mask = e.IBV_QP_STATE
+    if notify:
+        at.en_sqd_async_notify = 1
+        mask |= e.IBV_QP_EN_SQD_ASYNC_NOTIFY
+    qa.qp.modify(at, mask)
+    return qa, qb, srq
 
 
-def sq_drained_completions(qa, qb):
-    """SQD finishes the messages in progress and starts no new one: the first Send, on the wire
-    when SQD came, completes, and every Send that completed did so successfully and was received
-    whole. Back in RTS, the Sends SQD held complete too: each Send completes and is received
-    once."""
+def sq_drained_completions(b, qa, qb, srq):
+    """SQD finishes the messages in progress and starts no new one: once B posts its receives,
+    the first Send, held by RNR NAKs when SQD came, completes; every Send that completed did so
+    successfully and was received whole; the Sends not begun wait. Back in RTS, those complete
+    too: each Send completes and is received once."""
+    srq_recv(srq, b, SQD_SENDS, SQD_LEN)
     sent = expect_some(qa, SQD_SENDS, "the Sends that completed in SQD succeeded", e.IBV_WC_SEND)
     got = expect_some(qb, SQD_SENDS, "... and were received whole", e.IBV_WC_RECV,
                       length=SQD_LEN)
     check(sent >= 1, "SQD finished the Send in progress (%d of %d completed in SQD)" %
           (sent, SQD_SENDS))
-    check(got >= sent, "every completed Send was received (%d sent, %d received)" % (sent, got))
+    check(sent < SQD_SENDS, "SQD held the Sends not begun (%d of %d completed in SQD; the send "
+          "window lets at most half begin)" % (sent, SQD_SENDS))
+    check(got == sent, "every completed Send was received (%d sent, %d received)" % (sent, got))
     at = QPAttr()
     at.qp_state = e.IBV_QPS_RTS
     qa.qp.modify(at, e.IBV_QP_STATE)
@@ -188,20 +220,14 @@ def sq_drained_completions(qa, qb):
 
 def sq_drained(a, b):
     # Without en_sqd_async_notify, SQD raises nothing.
-    qa, qb = sqd_pair(a, b)
-    at = QPAttr()
-    at.qp_state = e.IBV_QPS_SQD
-    qa.qp.modify(at, e.IBV_QP_STATE)
+    qa, qb, srq = sqd_pair(a, b, notify=False)
+    sq_drained_completions(b, qa, qb, srq)
     check(not a.event_pending(1.0), "no SQ_DRAINED when Modify QP to SQD did not ask for it")
-    sq_drained_completions(qa, qb)
-    qa, qb = sqd_pair(a, b)
-    at = QPAttr()
-    at.qp_state = e.IBV_QPS_SQD
-    at.en_sqd_async_notify = 1
-    qa.qp.modify(at, e.IBV_QP_STATE | e.IBV_QP_EN_SQD_ASYNC_NOTIFY)
-    time.sleep(0.5)
-    a.event(e.IBV_EVENT_SQ_DRAINED, "SQ_DRAINED after Modify QP to SQD")
-    sq_drained_completions(qa, qb)
+    # With it, SQ_DRAINED comes once the Send in progress has completed, not before.
+    qa, qb, srq = sqd_pair(a, b, notify=True)
+    check(not a.event_pending(0.5), "no SQ_DRAINED while the Send in progress waits on RNR NAKs")
+    sq_drained_completions(b, qa, qb, srq)
+    a.event(e.IBV_EVENT_SQ_DRAINED, "SQ_DRAINED after Modify QP to SQD, once it drained")
 
 
 def srq_events(a, b):

@@ -32,6 +32,7 @@ PROVEN = {
     1 << 4: "AUTO_PATH_MIG: 41-apm, 42-apm-sample",
     1 << 10: "PORT_ACTIVE_EVENT: 04-port-events",
     1 << 11: "SYS_IMAGE_GUID: 03-attrs",
+    1 << 12: "RC_RNR_NAK_GEN: 73-rnr-naks",
     1 << 13: "SRQ_RESIZE: 22-srq (srq_resize.py)",
     1 << 17: "MEM_WINDOW: 60-memory-windows",
     1 << 21: "MEM_MGT_EXTENSIONS: 52-nvmeof (fast registration, remote invalidation)",

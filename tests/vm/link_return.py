@@ -15,7 +15,7 @@ import time
 
 import pyverbs.enums as e
 
-from rcpair import Dev, Qp, point, status_name
+from rcpair import Dev, Qp, link_counters, point, status_name
 
 TIMEOUT_EXP = 19  # 4.096 us * 2^19 = 2.1 s
 TIMEOUT_S = 4.096e-6 * 2 ** TIMEOUT_EXP
@@ -37,15 +37,8 @@ def wait_ports(devs, state, secs=10.0):
     return False
 
 
-def counters(dev):
-    """The device's counters (rdma statistic)."""
-    out = subprocess.run(["rdma", "statistic", "show", "link", dev + "/1"], check=True,
-                         capture_output=True, text=True).stdout.split()
-    return {k: int(v) for k, v in zip(out, out[1:]) if v.isdigit()}
-
-
 def timeouts(dev):
-    return counters(dev)["transport_timeouts"]
+    return link_counters(dev)["transport_timeouts"]
 
 
 def link(ns, state):
@@ -59,7 +52,7 @@ def one_way(name, snd, rcv, devs, ns):
     if not wait_ports(devs, "DOWN"):
         return "the ports did not go DOWN"
     before = timeouts(snd.dev.ctx.name)
-    c0 = [counters(d) for d in devs]
+    c0 = [link_counters(d) for d in devs]
     t0 = time.monotonic()
     snd.send(1, LEN)
     time.sleep(0.2)
@@ -83,7 +76,7 @@ def one_way(name, snd, rcv, devs, ns):
     n = timeouts(snd.dev.ctx.name) - before
     # What each device counted meanwhile, to tell where a packet went.
     for d, c in zip(devs, c0):
-        c1 = counters(d)
+        c1 = link_counters(d)
         print("# %s: %s" % (d, " ".join("%s +%d" % (k, c1[k] - c[k]) for k in sorted(c1)
                                         if k in c and c1[k] != c[k])))
     print("# %s: link back after %.2f s, completed after %.2f s, %d transport timeout(s)" % (

@@ -3,6 +3,7 @@ stock pyverbs only: RC or UC QPs connected to each other, UD QPs brought to RTS.
 import ipaddress
 import os
 import select
+import subprocess
 import sys
 import time
 
@@ -56,6 +57,17 @@ def gid_index(dev, port, addr):
         except OSError:
             continue
     return None
+
+
+def link_counters(dev, port=1):
+    """The port's counters (`rdma statistic show link DEV/PORT`) as a dict; empty when the tool
+    fails, so a caller's check reports the missing counter."""
+    try:
+        out = subprocess.run(["rdma", "statistic", "show", "link", "%s/%d" % (dev, port)],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {k: int(v) for k, v in zip(out, out[1:]) if v.isdigit() and not k.isdigit()}
 
 
 def event_fds():

@@ -29,7 +29,7 @@ import pyverbs.enums as e
 from pyverbs.qp import QPAttr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rcpair import Dev, Qp, point, status_name  # noqa: E402
+from rcpair import Dev, Qp, link_counters, point, status_name  # noqa: E402
 from roce_fuzz import ROCE_PORT, datagram  # noqa: E402
 
 RESERVED = 0x1F  # RC range (top bits 000), no operation assigned (IBA Table 38)
@@ -60,9 +60,7 @@ def state_and_epsn(qp):
 
 
 def seq_naks_sent(dev):
-    out = subprocess.run(["rdma", "statistic", "show", "link", dev + "/1"],
-                         capture_output=True, text=True).stdout.split()
-    return int(out[out.index("seq_naks_sent") + 1]) if "seq_naks_sent" in out else None
+    return link_counters(dev).get("seq_naks_sent")
 
 
 def wait_state(qp, want):

@@ -43,7 +43,7 @@ from pyverbs.addr import AH, AHAttr, GID, GlobalRoute
 from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from rcpair import Dev, Qp
+from rcpair import Dev, Qp, link_counters
 
 QKEY_A, QKEY_B = 0x1A2B3C4D, 0x0BADCAFE
 RECV_LEN = 40 + 4096
@@ -68,16 +68,6 @@ def gid_of(addr):
     if a.version == 4:
         a = ipaddress.IPv6Address("::ffff:" + addr)
     return GID(a.exploded)
-
-
-def counters(dev):
-    """The port's rdma statistic counters, as a dict (empty when the tool fails)."""
-    try:
-        out = subprocess.run(["rdma", "statistic", "show", "link", dev + "/1"],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return {k: int(v) for k, v in zip(out, out[1:]) if v.isdigit() and not k.isdigit()}
 
 
 class Ud:
@@ -155,7 +145,7 @@ def good_send(a, b, ah, what, n):
 def case_qkey(a, b, ah, env):
     dev_b = b.dev.ctx.name
     n = 4
-    before = counters(dev_b)
+    before = link_counters(dev_b)
     viol0 = b.dev.ctx.query_port(1).qkey_viol_cntr
     errs = [a.send(ah, b, b.qkey ^ 0x00FF0000, b"q" * 64, 100 + k) for k in range(n)]
     sw = a.wcs(1.0)
@@ -166,7 +156,7 @@ def case_qkey(a, b, ah, env):
     rw = b.wcs(2.0)
     point(not rw, "wrong Q_Key: B drops them without a receive completion",
           "receive completions: %s" % wc_str(rw))
-    after = counters(dev_b)
+    after = link_counters(dev_b)
     viol = b.dev.ctx.query_port(1).qkey_viol_cntr - viol0
     moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     note("B (%s): qkey_viol_cntr +%d; rdma statistic changes: %s" %
@@ -179,11 +169,11 @@ def case_qkey(a, b, ah, env):
 def case_mtu(a, b, ah, env):
     mtu = MTU_BYTES[a.dev.ctx.query_port(1).active_mtu]
     for size in (mtu + 1, 2 * mtu):
-        before = counters(a.dev.ctx.name)
+        before = link_counters(a.dev.ctx.name)
         err = a.send(ah, b, b.qkey, bytes(size), 200 + size)
         sw = a.wcs(1.0)
         rw = b.wcs(1.5)
-        sent = counters(a.dev.ctx.name).get("sent_pkts", 0) - before.get("sent_pkts", 0)
+        sent = link_counters(a.dev.ctx.name).get("sent_pkts", 0) - before.get("sent_pkts", 0)
         note("UD Send of %d bytes (port MTU %d): post %s, send completions: %s, receive "
              "completions: %s, A's sent_pkts +%d" %
              (size, mtu, "ok" if err is None else errno.errorcode.get(err, err), wc_str(sw),
@@ -266,11 +256,11 @@ def case_noroute(a, b, ah_good, env):
         good_send(a, b, ah_good, "AH whose route is gone", 4)
         return
     n = 3
-    before = counters(a.dev.ctx.name)
+    before = link_counters(a.dev.ctx.name)
     t0 = time.monotonic()
     errs = [a.send(ah, b, b.qkey, b"r" * 100, 400 + k) for k in range(n)]
     sw = a.wcs(5.0)
-    after = counters(a.dev.ctx.name)
+    after = link_counters(a.dev.ctx.name)
     moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     note("Sends to %s after its route was deleted: posts %s, completions (the last %.2f s after "
          "posting): %s; A's rdma statistic changes: %s" %

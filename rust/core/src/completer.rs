@@ -280,6 +280,11 @@ where
                     self.rnr_left -= 1;
                 }
                 self.rewind(psn);
+                // The responder NAKs the packets behind the refused one as a sequence error
+                // (one NAK, at this PSN): that asks for the resend the RNR wait has scheduled,
+                // so it must cost no retry (see `nak_retry`).
+                self.retry_psn = Some(psn);
+                self.retry_resent = false;
                 let until = now.saturating_add(rnr_timer_ns(timer));
                 self.rnr_until = Some(until);
                 self.cancel_rto(out);

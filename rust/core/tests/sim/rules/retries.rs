@@ -7,7 +7,7 @@ use rvrdma_core::credit::CREDIT_CODE_INVALID;
 use rvrdma_core::events::{AsyncEvent, Timer, WcStatus};
 use rvrdma_core::qp_state::QpState;
 use rvrdma_core::requester::local_ack_timeout_ns;
-use rvrdma_core::wire::{Aeth, NakCode, Opcode};
+use rvrdma_core::wire::{Aeth, NakCode, Opcode, Syndrome};
 use rvrdma_core::wqe::SendOpcode;
 
 use super::fixtures::*;
@@ -187,4 +187,54 @@ fn requester_acks_in_flight_before_a_read_retry_cost_no_retry() {
         d.e[0].mem.0.borrow().read(DST, DST_VA, 100).expect("r"),
         vec![9u8; 100]
     );
+}
+
+/// An RNR NAK for the first packet of a message is followed by the responder's PSN sequence
+/// error NAK for the next one (seed 001: class B, one NAK per sequence error), both at the
+/// PSN the responder expects. That NAK asks for the retransmission the RNR NAK already
+/// scheduled: it costs no retry (only repetitive sequence NAKs do, seed 000) and sends nothing
+/// before the RNR timer. Otherwise a Send with `rnr_retry` 7 to a receiver without a receive
+/// ends in RETRY_EXC_ERR after `retry_cnt` + 1 RNR waits.
+#[test]
+fn requester_sequence_nak_behind_an_rnr_nak_costs_no_retry() {
+    let mut d = Duo::new(Opts::default());
+    d.take(0);
+    d.announce(Aeth::ack(0, CREDIT_CODE_INVALID));
+    d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
+        .expect("post");
+    for round in 0..10 {
+        d.progress(0);
+        let p = d.take(0);
+        assert_eq!(p.len(), 3, "round {round}: the whole message goes");
+        assert_eq!(
+            p[0].0.bth.psn.value(),
+            PSN_A,
+            "round {round}: from its first packet"
+        );
+        d.deliver_all(1, &p);
+        let r = d.take(1);
+        let syn: Vec<_> = r.iter().map(|(h, _, _)| aeth_of(h).syndrome).collect();
+        assert_eq!(
+            syn,
+            [
+                Syndrome::RnrNak { timer: 3 },
+                Syndrome::Nak(NakCode::PsnSequenceError)
+            ],
+            "round {round}: an RNR NAK, then one sequence NAK"
+        );
+        d.deliver_all(0, &r);
+        assert_eq!(d.state(0), QpState::Rts, "round {round}: no retry used up");
+        d.progress(0);
+        assert!(
+            d.take(0).is_empty(),
+            "round {round}: nothing before the RNR timer"
+        );
+        d.fire(0, Timer::Rnr);
+    }
+    d.post_recv(1, 4096).expect("recv");
+    d.pump();
+    assert_eq!(d.e[0].out.send_cqes.len(), 1);
+    assert!(d.e[0].sends_all(WcStatus::Success));
+    assert_eq!(d.e[1].out.recv_cqes.len(), 1);
+    assert!(d.e[1].recvs_all(WcStatus::Success));
 }
