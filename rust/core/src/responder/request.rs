@@ -38,6 +38,7 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         if self.cfg.uc {
             return self.on_uc_request(h, payload, ctx, mem, out);
         }
+        self.release_hold_past(psn);
         match classify_request_psn(psn, self.epsn) {
             RequestPsnClass::Invalid => {
                 self.sequence_error(ctx, out);

@@ -253,6 +253,27 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
         None
     }
 
+    /// Ends a hold (see [`Self::reschedule`]) when a request at `psn`, at or past the first
+    /// held resource, comes: a requester sends nothing past a read it is resuming, so it has
+    /// finished that read and needs nothing the hold keeps (or asks for it again itself). A
+    /// packet sent before the resumption and overtaken ends it too; the responses then sent
+    /// are dropped as out of order, and the next partial duplicate holds them again.
+    pub(crate) fn release_hold_past(&mut self, psn: Psn) {
+        let Some(h) = self.res_hold else {
+            return;
+        };
+        if h >= self.res_tail {
+            return;
+        }
+        if self
+            .res
+            .get(res_slot(h))
+            .is_some_and(|r| psn.is_after_or_eq(r.base_psn))
+        {
+            self.res_hold = None;
+        }
+    }
+
     /// Makes resource `c` be sent again, and every later one after it, at once unless
     /// `partial`: a duplicate RDMA Read that asks for part of what is left of its read. A
     /// requester that asks for part of a read comes back for the rest before it takes any later

@@ -563,6 +563,64 @@ fn seed001_partial_duplicate_read_holds_the_reads_after_it() {
     assert_eq!(d.state(1), QpState::Rts);
 }
 
+/// A hold set by a partial duplicate Read ends when a request from past the held resources
+/// comes: the requester, which sends nothing past a read it is resuming, has all it wanted of
+/// the read and of what the hold kept (it had them before it asked for the part). Kept, the
+/// hold would silence every ACK behind it for good: a Write after the held atomic went
+/// unacknowledged until the requester's retries ran out.
+#[test]
+fn seed001_request_past_a_hold_releases_it() {
+    let mut d = Duo::responder(0);
+    fill(&d.e[1].mem, RMT, RMT_VA, &[5u8; 1024]);
+    // A read of four packets, an atomic, a one-packet Write: all answered.
+    d.deliver(1, &read_at(PSN_A, 0, 1024), &[], 1);
+    d.deliver(
+        1,
+        &req_atomic(Opcode::RcFetchAdd, PSN_A + 4, ATM, ATM_VA),
+        &[],
+        1,
+    );
+    let mut w = req_reth(Opcode::RcRdmaWriteOnly, PSN_A + 5, RMT, RMT_VA + 2048, 8);
+    w.bth.ack_req = true;
+    d.deliver(1, &w, &[1u8; 8], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 6);
+    // A late partial duplicate of the read: its part goes, the atomic's answer is held.
+    d.deliver(1, &read_at(PSN_A + 1, 256, 256), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 1);
+    // The Write again (its ACK was lost): answered, after the atomic's response once more.
+    d.deliver(1, &w, &[1u8; 8], 1);
+    d.progress(1);
+    let p = d.take(1);
+    let ops: Vec<(Opcode, u32)> = p
+        .iter()
+        .map(|(h, _, _)| (h.bth.opcode, h.bth.psn.value()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            (Opcode::RcAtomicAcknowledge, PSN_A + 4),
+            (Opcode::RcAcknowledge, PSN_A + 5)
+        ]
+    );
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 1);
+    // A new request past the hold is answered at once too.
+    d.deliver(1, &read_at(PSN_A + 1, 256, 256), &[], 1);
+    d.progress(1);
+    assert_eq!(d.take(1).len(), 1);
+    let mut w2 = req_reth(Opcode::RcRdmaWriteOnly, PSN_A + 6, RMT, RMT_VA + 2048, 8);
+    w2.bth.ack_req = true;
+    d.deliver(1, &w2, &[2u8; 8], 1);
+    d.progress(1);
+    let last = d
+        .take(1)
+        .last()
+        .map(|(h, _, _)| (h.bth.opcode, h.bth.psn.value()));
+    assert_eq!(last, Some((Opcode::RcAcknowledge, PSN_A + 6)));
+    assert_eq!(d.state(1), QpState::Rts);
+}
+
 /// Seed 001, class D: a duplicate RDMA Read from before where the last duplicate of that read
 /// asked is a stale copy (a requester asks again from the first response it misses, which
 /// never moves back): silently dropped, not answered (rdma_rxe drops these too).
