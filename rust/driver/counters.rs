@@ -81,6 +81,8 @@ counters! {
     credit_acks_rcvd,
     /// Duplicate responses dropped.
     duplicate_responses,
+    /// R_Keys invalidated by a received Send with Invalidate.
+    remote_invalidations,
     /// Completions with retry-exceeded status.
     retry_exceeded_err,
     /// Completions with RNR-retry-exceeded status.
@@ -218,6 +220,7 @@ mirrored! {
     credit_acks_sent: rq.unsolicited_acks,
     credit_acks_rcvd: sq.credit_acks_received,
     duplicate_responses: sq.duplicate_responses,
+    remote_invalidations: rq.remote_invalidations,
     path_migrations: migrations,
     path_mig_errors: mig_errors,
     apm_auto_rearms: auto_rearms,

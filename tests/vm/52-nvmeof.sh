@@ -70,7 +70,7 @@ main() {
 	command -v nvme >/dev/null || skip_all "nvme-cli is not installed (scripts/install-deps installs it)"
 	command -v fio >/dev/null || skip_all "fio is not installed (scripts/install-deps installs it)"
 	ktap_print_header
-	ktap_set_plan 16
+	ktap_set_plan 17
 	trap 'cleanup; topo_cleanup' EXIT
 	local out
 	out=$(dut_load 2>&1) || fail_rest "cannot load the $RVRDMA_LINK_TYPE driver: $out"
@@ -98,6 +98,12 @@ main() {
 	wire_snap W1
 	diag "where the packets went: $RVRDMA_LINK_TYPE's rvn0 sent $((W1[sent] - W0[sent])), lo carried" \
 		"$((W1[lo] - W0[lo])), rvnv0 $((W1[veth] - W0[veth])) (packets, during the fio run)"
+	if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
+		check "Sends with Invalidate from the target invalidated the host's R_Keys (remote_invalidations)" \
+			remote_invalidated
+	else
+		ktap_test_skip "remote invalidation counted ($RVRDMA_LINK_TYPE has no such counter)"
+	fi
 	check "nvme disconnect detaches it" host_disconnect
 	check "nvme connect attaches it again" host_connect
 	check "the 4 MiB written before the disconnect read back intact after it" data_still_there
@@ -274,6 +280,16 @@ wire_snap() {
 	to[sent]=${to[sent]:-0}
 	to[lo]=$(cat /sys/class/net/lo/statistics/tx_packets)
 	to[veth]=$(cat /sys/class/net/rvnv0/statistics/tx_packets)
+	to[inv]=$(link_stat rvn0 remote_invalidations)
+	to[inv]=${to[inv]:-0}
+}
+
+# remote_invalidated: Sends with Invalidate invalidated R_Keys during the fio run. nvme-rdma asks
+# for it (NVME_SGL_FMT_INVALIDATE) on every command whose data it fast-registers, and fails the
+# command on a completion that invalidated another R_Key than its own.
+remote_invalidated() {
+	echo "remote_invalidations +$((W1[inv] - W0[inv]))"
+	[ "$((W1[inv] - W0[inv]))" -gt 0 ]
 }
 
 # counters_snap NAME: rvn0's COUNTERS into NAME (an absent counter reads -1).

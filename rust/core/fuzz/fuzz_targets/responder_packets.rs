@@ -1510,6 +1510,7 @@ fn record_stats(d: &Driver) {
         ("rq.rnr_naks_sent".into(), c.rq.rnr_naks_sent),
         ("rq.silent_drops".into(), c.rq.silent_drops),
         ("rq.unsolicited_acks".into(), c.rq.unsolicited_acks),
+        ("rq.remote_invalidations".into(), c.rq.remote_invalidations),
         ("sq.packets_sent".into(), c.sq.packets_sent),
         ("sq.retransmitted".into(), c.sq.retransmitted),
         ("sq.retries".into(), c.sq.retries),

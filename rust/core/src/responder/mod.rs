@@ -95,6 +95,8 @@ pub struct RqCounters {
     pub silent_drops: u64,
     /// Unsolicited ACKs sent (credit updates).
     pub unsolicited_acks: u64,
+    /// R_Keys invalidated by a Send with Invalidate (remote invalidation).
+    pub remote_invalidations: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -69,6 +69,8 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
                 if mem.invalidate_remote(i.rkey).is_err() {
                     return self.invalid_request(psn, ctx, out);
                 }
+                self.counters.remote_invalidations =
+                    self.counters.remote_invalidations.wrapping_add(1);
                 imm_or_rkey = i.rkey;
                 flags = WC_WITH_INVALIDATE;
             }

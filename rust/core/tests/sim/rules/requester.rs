@@ -385,6 +385,7 @@ fn responder_send_with_invalidate_invalidates_rkey_and_reports_it() {
         rvrdma_core::events::WC_WITH_INVALIDATE
     );
     assert_eq!(c.imm_or_rkey, RMT);
+    assert_eq!(d.e[1].qp.counters().rq.remote_invalidations, 1);
     // The R_Key is gone: a later RDMA Write to it fails with a remote access error.
     d.post(0, send_wr(2, SendOpcode::RdmaWrite, 8))
         .expect("post");
