@@ -84,6 +84,14 @@ running() {
 	sleep 1
 }
 
+# all_armed DEV: DEV has RC QPs in RTS, each with its alternate path loaded (ARMED).
+all_armed() {
+	rdma -j -d resource show qp link "$1" 2>/dev/null | "$PY" -c '
+import json, sys
+qps = [q for q in json.load(sys.stdin) if q.get("type") == "RC" and q.get("state") == "RTS"]
+sys.exit(0 if qps and all(q.get("path-mig-state") == "ARMED" for q in qps) else 1)'
+}
+
 # cuts PID: while PID runs, link 1 (veth0) goes down for CUT s and up again, then, once the QPs
 # had time to re-arm, link 2 (veth2) likewise. Fails if PID ended before the last cut was over
 # (the program then proved nothing about it).
@@ -94,7 +102,11 @@ cuts() {
 	sleep "$CUT"
 	in_a ip link set veth0 up
 	wait_for "$RVRDMA_WAIT" port_is "$A" ACTIVE 1 >/dev/null
-	sleep 3
+	# The second cut only once every QP has its alternate path again (ARMED, on both sides): a
+	# QP cut before its re-arm cannot migrate, and the cut would test nothing but the timing.
+	wait_for "$RVRDMA_WAIT" all_armed "$A" >/dev/null && wait_for "$RVRDMA_WAIT" all_armed "$B" >/dev/null ||
+		echo "not every RC QP re-armed within ${RVRDMA_WAIT} s"
+	sleep 0.5
 	in_a ip link set veth2 down
 	sleep "$CUT"
 	kill -0 "$pid" 2>/dev/null || { echo "it ended before the end of the second cut"; in_a ip link set veth2 up; return 1; }

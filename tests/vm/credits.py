@@ -10,7 +10,7 @@ import time
 
 import pyverbs.enums as e
 
-from rcpair import Dev, Qp, check
+from rcpair import Dev, Qp, check, link_counters
 
 MSG = 3000  # three packets at MTU 1024
 
@@ -21,9 +21,17 @@ def main():
     # A first: B's initial unsolicited ACK (credit count 0) then reaches an A ready to hear it.
     # Timeout 20 (4.3 s): the Send must go on the credits the responder announces (or its answer
     # to a credit probe), long before any transport timeout.
+    acks = link_counters(a.dev.ctx.name).get("credit_acks_rcvd", 0)
     a.connect(b, timeout=20)
     b.connect(a, timeout=20)
-    time.sleep(0.3)
+    # B's initial ACK (entering RTR) must have reached A, or A would send its first packet as a
+    # probe into the empty RQ and draw an RNR NAK.
+    end = time.monotonic() + 10.0
+    while (link_counters(a.dev.ctx.name).get("credit_acks_rcvd", 0) == acks
+           and time.monotonic() < end):
+        time.sleep(0.02)
+    check(link_counters(a.dev.ctx.name).get("credit_acks_rcvd", 0) > acks,
+          "A heard B's initial ACK (credit_acks_rcvd)")
     payload = bytes((i * 7) & 0xff for i in range(MSG))
     a.dev.mr.write(payload, MSG)
     a.send(length=MSG)

@@ -43,12 +43,12 @@ def expect_wcs(q, n, what, status=e.IBV_WC_SUCCESS, opcode=None, secs=5.0):
                                                "; ".join(wc_str(wc) for wc in got) or "none"))
 
 
-def expect_some(q, at_most, what, opcode, secs=1.0, length=None):
-    """Every completion `q`'s CQ gets until `secs` pass without one: at most `at_most`, each
-    successful with `opcode` from `q`'s QP (and `length` bytes long, if given). Returns how
-    many."""
+def expect_some(q, at_most, what, opcode, secs=1.0, length=None, first_secs=None):
+    """Every completion `q`'s CQ gets until `secs` pass without one (`first_secs` for the
+    first, if given): at most `at_most`, each successful with `opcode` from `q`'s QP (and
+    `length` bytes long, if given). Returns how many."""
     got = []
-    wc = q.poll(secs)
+    wc = q.poll(secs if first_secs is None else first_secs)
     while wc is not None:
         got.append(wc)
         wc = q.poll(secs)
@@ -198,7 +198,10 @@ def sq_drained_completions(b, qa, qb, srq):
     successfully and was received whole; the Sends not begun wait. Back in RTS, those complete
     too: each Send completes and is received once."""
     srq_recv(srq, b, SQD_SENDS, SQD_LEN)
-    sent = expect_some(qa, SQD_SENDS, "the Sends that completed in SQD succeeded", e.IBV_WC_SEND)
+    # The first completes on the next RNR retry; the others in progress follow it at once, and
+    # 3 s without one means none is left (TCG's pauses are shorter).
+    sent = expect_some(qa, SQD_SENDS, "the Sends that completed in SQD succeeded", e.IBV_WC_SEND,
+                       secs=3.0, first_secs=10.0)
     got = expect_some(qb, SQD_SENDS, "... and were received whole", e.IBV_WC_RECV,
                       length=SQD_LEN)
     check(sent >= 1, "SQD finished the Send in progress (%d of %d completed in SQD)" %

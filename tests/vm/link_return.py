@@ -4,7 +4,8 @@ A's netdev) is down is lost; the link returns well before the Local ACK Timeout 
 so the Send must complete after exactly one transport timeout, in each direction: A -> B (A's
 request leaves through the returned link) and B -> A (A's ACK does). Taking a netdev down
 releases the kernel routes through it, and a QP that kept one would lose its first packet after
-the link returns to it, costing a second timeout.
+the link returns to it, costing a second timeout. An attempt whose link takes more than 60% of
+the timeout to return (a slow guest) tells nothing and is made again, up to three times.
 
 Prints one "ok ..."/"not ok ..." point per direction (run_points in lib.sh).
 
@@ -20,6 +21,9 @@ from rcpair import Dev, Qp, link_counters, point, status_name
 TIMEOUT_EXP = 19  # 4.096 us * 2^19 = 2.1 s
 TIMEOUT_S = 4.096e-6 * 2 ** TIMEOUT_EXP
 LEN = 1000
+# Why an attempt told nothing: the link took too long to return for one timeout to be expected.
+SLOW = "the link took too long to return"
+ATTEMPTS = 3
 
 
 def port_state(dev):
@@ -42,7 +46,7 @@ def timeouts(dev):
 
 
 def link(ns, state):
-    subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "veth0", state], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "set", "veth0", state], check=True)
 
 
 def one_way(name, snd, rcv, devs, ns):
@@ -61,8 +65,11 @@ def one_way(name, snd, rcv, devs, ns):
         return "the ports did not come back ACTIVE"
     back = time.monotonic() - t0
     if back > 0.6 * TIMEOUT_S:
-        return "the link took %.2f s to return, too close to the %.1f s timeout to tell" % (
-            back, TIMEOUT_S)
+        # The guest was slow, not the driver: this attempt tells nothing. Its Send still has
+        # to complete before the next attempt.
+        snd.poll(4 * TIMEOUT_S)
+        rcv.poll(5.0)
+        return SLOW + " (%.2f s, the timeout is %.1f s)" % (back, TIMEOUT_S)
     wc = snd.poll(4 * TIMEOUT_S)
     took = time.monotonic() - t0
     if wc is None:
@@ -98,8 +105,8 @@ def main():
     qb.connect(qa, timeout=TIMEOUT_EXP)
     # The receives of every Send first: each side's ACKs then tell the other it has credits
     # (seed 003), and the Sends leave at once rather than wait for an update.
-    qa.recv(2, LEN)
-    qb.recv(2, LEN)
+    qa.recv(1 + ATTEMPTS, LEN)
+    qb.recv(1 + ATTEMPTS, LEN)
     # Both ways once over the working link: routes and neighbours in place.
     for snd, rcv in ((qa, qb), (qb, qa)):
         snd.send(1, LEN)
@@ -110,7 +117,11 @@ def main():
                     "no completion" if wc is None else status_name(wc.status)))
     for name, snd, rcv in (("%s -> %s" % (dev_a, dev_b), qa, qb),
                            ("%s -> %s" % (dev_b, dev_a), qb, qa)):
-        why = one_way(name, snd, rcv, (dev_a, dev_b), ns)
+        why = SLOW
+        for _ in range(ATTEMPTS):
+            if not why.startswith(SLOW):
+                break
+            why = one_way(name, snd, rcv, (dev_a, dev_b), ns)
         point(not why, "%s: a Send posted while the link was down completes after one transport "
               "timeout once it is back" % name, why)
     qa.close()

@@ -106,11 +106,18 @@ def main():
           "ahead of the ePSN a reserved opcode draws a sequence NAK and the QP stays in RTS",
           "seq_naks_sent %s -> %s, state/ePSN %s" % (naks, after, state_and_epsn(qb)))
 
+    # The drop is counted (qp_dropped): the packet reached the QP and was handled.
+    dropped = link_counters(dev_b).get("qp_dropped")
     ok = inject(ns_a, addr_a, addr_b, qpn, epsn, OTHER)
-    time.sleep(0.5)
-    point(ok and state_and_epsn(qb) == (e.IBV_QPS_RTS, epsn),
+    end = time.time() + SECS
+    while ok and link_counters(dev_b).get("qp_dropped") == dropped and time.time() < end:
+        time.sleep(0.01)
+    after = link_counters(dev_b).get("qp_dropped")
+    point(ok and dropped is not None and after == dropped + 1 and
+          state_and_epsn(qb) == (e.IBV_QPS_RTS, epsn),
           "a manufacturer-specific opcode at the ePSN is dropped and the QP stays in RTS",
-          "state/ePSN %s, want RTS at %d" % (state_and_epsn(qb), epsn))
+          "qp_dropped %s -> %s, state/ePSN %s, want RTS at %d" % (
+              dropped, after, state_and_epsn(qb), epsn))
 
     ok = inject(ns_a, addr_a, addr_b, qpn, epsn, RESERVED)
     in_error = ok and wait_state(qb, e.IBV_QPS_ERR)
