@@ -99,7 +99,7 @@ main() {
 	diag "where the packets went: $RVRDMA_LINK_TYPE's rvn0 sent $((W1[sent] - W0[sent])), lo carried" \
 		"$((W1[lo] - W0[lo])), rvnv0 $((W1[veth] - W0[veth])) (packets, during the fio run)"
 	if [ "$RVRDMA_LINK_TYPE" = rvrdma ]; then
-		check "Sends with Invalidate from the target invalidated the host's R_Keys (remote_invalidations)" \
+		check "the target's Sends with Invalidate invalidated the host's R_Keys" \
 			remote_invalidated
 	else
 		ktap_test_skip "remote invalidation counted ($RVRDMA_LINK_TYPE has no such counter)"

@@ -3,9 +3,9 @@
 # reorders 25%, corrupts 1% (one flipped bit) and delays the rest 10 ms +- 10 ms, for 60 s of
 # data-checked traffic (traffic.py: every op, 4 RC QP pairs), first rvrdma <-> rvrdma in both
 # directions and then rvrdma <-> rdma_rxe with rvrdma as the requester (rdma_rxe's own requester
-# did not survive this storm at 10% loss: rxe <-> rxe, and rxe requesting from rvrdma alike,
-# landed wrong bytes of RDMA Read responses and wrong Compare&Swap results in its local buffers
-# within 40 s, and rxe_completer warned of an error completion without an error status). RC
+# does not survive such a storm: with 10% loss, rxe <-> rxe and rxe requesting from rvrdma alike
+# land wrong bytes of RDMA Read responses and wrong Compare&Swap results in its local buffers
+# within 40 s, and rxe_completer warns of an error completion without an error status). RC
 # promises reliable delivery: every WR must complete successfully and every byte land once and
 # intact (traffic.py compares each message, the canaries around it and each MR whole with a
 # model); a retry-exceeded stop would be a loss here, and fails. The counters of the rvrdma

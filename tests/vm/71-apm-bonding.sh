@@ -104,8 +104,11 @@ cuts() {
 	wait_for "$RVRDMA_WAIT" port_is "$A" ACTIVE 1 >/dev/null
 	# The second cut only once every QP has its alternate path again (ARMED, on both sides): a
 	# QP cut before its re-arm cannot migrate, and the cut would test nothing but the timing.
-	wait_for "$RVRDMA_WAIT" all_armed "$A" >/dev/null && wait_for "$RVRDMA_WAIT" all_armed "$B" >/dev/null ||
+	if ! wait_for "$RVRDMA_WAIT" all_armed "$A" >/dev/null ||
+		! wait_for "$RVRDMA_WAIT" all_armed "$B" >/dev/null; then
 		echo "not every RC QP re-armed within ${RVRDMA_WAIT} s"
+		return 1
+	fi
 	sleep 0.5
 	in_a ip link set veth2 down
 	sleep "$CUT"

@@ -179,6 +179,7 @@ def sqd_pair(a, b, notify):
     end = time.monotonic() + 5.0
     now = before
     while now == before and time.monotonic() < end:
+        time.sleep(0.001)
         now = rnr_naks(a.ctx.name)
     check(now != before, "SQD set-up: the first Send is in progress, drawing RNR NAKs "
           "(rcvd_rnr_err %d -> %d)" % (before, now))

@@ -67,7 +67,10 @@ def one_way(name, snd, rcv, devs, ns):
     if back > 0.6 * TIMEOUT_S:
         # The guest was slow, not the driver: this attempt tells nothing. Its Send still has
         # to complete before the next attempt.
-        snd.poll(4 * TIMEOUT_S)
+        wc = snd.poll(4 * TIMEOUT_S)
+        if wc is None or wc.status != e.IBV_WC_SUCCESS:
+            return "after a slow return, send completion %s" % (
+                "missing" if wc is None else status_name(wc.status))
         rcv.poll(5.0)
         return SLOW + " (%.2f s, the timeout is %.1f s)" % (back, TIMEOUT_S)
     wc = snd.poll(4 * TIMEOUT_S)

@@ -104,6 +104,7 @@ where
                 self.next_psn = self.high_psn;
             }
             self.retry_psn = None;
+            self.rnr_seq_free = None;
             self.reload_retries();
         }
         if let Some(w) = self.credit_wait {
@@ -280,11 +281,10 @@ where
                     self.rnr_left -= 1;
                 }
                 self.rewind(psn);
-                // The responder NAKs the packets behind the refused one as a sequence error
-                // (one NAK, at this PSN): that asks for the resend the RNR wait has scheduled,
-                // so it must cost no retry (see `nak_retry`).
-                self.retry_psn = Some(psn);
-                self.retry_resent = false;
+                // The responder NAKs the packets behind the refused one as a sequence error:
+                // one NAK at this PSN, which asks for the resend the RNR wait schedules, before
+                // or after that resend has gone.
+                self.rnr_seq_free = Some(psn);
                 let until = now.saturating_add(rnr_timer_ns(timer));
                 self.rnr_until = Some(until);
                 self.cancel_rto(out);
@@ -293,6 +293,12 @@ where
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 self.counters.seq_naks_received = self.counters.seq_naks_received.wrapping_add(1);
+                // The responder sends one sequence NAK per error and clears that only on the
+                // expected packet, so a NAK at an RNR NAK's PSN is that NAK's companion: free.
+                if self.rnr_seq_free == Some(psn) {
+                    self.rnr_seq_free = None;
+                    return SqOutcome::Ok;
+                }
                 if let Some(m) = self.ack_before_nak(psn) {
                     return self.nak_retry(m, true);
                 }

@@ -203,6 +203,9 @@ pub struct SqLogic<S, G, D> {
     pub(crate) rnr_left: u8,
     /// Transmission paused until this time after an RNR NAK.
     pub(crate) rnr_until: Option<u64>,
+    /// The PSN of the last RNR NAK, until the PSN sequence NAK that may follow it (see the
+    /// completer) or progress.
+    pub(crate) rnr_seq_free: Option<Psn>,
     /// Deadline of the transport timer when armed.
     pub(crate) rto_deadline: Option<u64>,
     /// Started and not yet completed RDMA Reads/atomics.
@@ -300,6 +303,7 @@ where
             retry_resent: false,
             rnr_left: 7,
             rnr_until: None,
+            rnr_seq_free: None,
             rto_deadline: None,
             rd_atomic_out: 0,
             cwnd: MAX_UNACKED_PSNS,
@@ -332,6 +336,7 @@ where
         self.probes_unanswered = 0;
         self.probe_psn = Psn::ZERO;
         self.rnr_until = None;
+        self.rnr_seq_free = None;
         self.rto_deadline = None;
         self.rd_atomic_out = 0;
         self.cwnd = MAX_UNACKED_PSNS;

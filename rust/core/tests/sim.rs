@@ -347,30 +347,28 @@ fn sim_flapping_link() {
     }
 }
 
-/// Seeds of a storm like guest test 68's (11% loss and 5% duplication each way, 10 ms delay
-/// with a quarter of the packets overtaking, a 268 ms local ACK timeout; and 5% loss without
-/// overtaking): every WR completes intact. Two once ended in RETRY_EXC_ERR, each through a
-/// hold set by a partial duplicate Read on "the resources after it" (responses kept until the
-/// requester asks for them again), which kept every ACK queued behind it waiting: seed 35,
-/// where the hold began at the next new Read, and seed 1861 at 5% loss, where it covered an
-/// atomic whose answer the requester had. `SIM_STORM_SEED=n` replays one seed with a trace
-/// (`SIM_STORM_LOSS=50` for the second storm).
+/// Seeds of storms like guest test 68's (5% duplication each way, 10 ms delay, a 268 ms local
+/// ACK timeout): 68's own (5% loss, a quarter of the packets overtaking), a harsher one (11%
+/// loss), and 5% loss without overtaking. Every WR completes intact. Two once ended in
+/// RETRY_EXC_ERR, each through a hold set by a partial duplicate Read on "the resources after
+/// it" (responses kept until the requester asks for them again), which kept every ACK queued
+/// behind it waiting: seed 35 at 11%, where the hold began at the next new Read, and seed 1861
+/// without overtaking, where it covered an atomic whose answer the requester had.
+/// `SIM_STORM_SEED=n` replays one seed with a trace, `SIM_STORM_LOSS` and `SIM_STORM_REORDER`
+/// (per mille; 110 and 250 unless given) its storm.
 #[test]
 fn sim_storm_regressions() {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
     // (seed, loss per mille, overtaking per mille)
-    let runs: Vec<(u64, u64, u64)> = match std::env::var("SIM_STORM_SEED")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        Some(s) => {
-            let loss = std::env::var("SIM_STORM_LOSS")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(110);
-            vec![(s, loss, if loss == 110 { 250 } else { 0 })]
-        }
+    let runs: Vec<(u64, u64, u64)> = match env("SIM_STORM_SEED") {
+        Some(s) => vec![(
+            s,
+            env("SIM_STORM_LOSS").unwrap_or(110),
+            env("SIM_STORM_REORDER").unwrap_or(250),
+        )],
         None => (30..40)
             .map(|s| (s, 110, 250))
+            .chain((40..50).map(|s| (s, 50, 250)))
             .chain([(1861, 50, 0)])
             .collect(),
     };
@@ -384,8 +382,8 @@ fn sim_storm_regressions() {
         let (r, _) = run_traced(cfg);
         assert!(
             r.is_ok(),
-            "storm seed {seed} at loss {loss}: {r:?} (replay: SIM_STORM_SEED={seed} \
-             SIM_STORM_LOSS={loss})"
+            "storm seed {seed}: {r:?} (replay: SIM_STORM_SEED={seed} SIM_STORM_LOSS={loss} \
+             SIM_STORM_REORDER={reorder})"
         );
     }
 }

@@ -256,8 +256,9 @@ impl<R: core::ops::DerefMut<Target = [RecvSlot]>, G: SgStore> RqLogic<R, G> {
     /// Ends a hold (see [`Self::reschedule`]) when a request at `psn`, at or past the first
     /// held resource, comes: a requester sends nothing past a read it is resuming, so it has
     /// finished that read and needs nothing the hold keeps (or asks for it again itself). A
-    /// packet sent before the resumption and overtaken ends it too; the responses then sent
-    /// are dropped as out of order, and the next partial duplicate holds them again.
+    /// packet sent before the resumption and overtaken ends it too: the responses then sent
+    /// cost that requester one retry (an implied NAK) and a repeated request, and the next
+    /// partial duplicate holds them again.
     pub(crate) fn release_hold_past(&mut self, psn: Psn) {
         let Some(h) = self.res_hold else {
             return;

@@ -190,11 +190,12 @@ fn requester_acks_in_flight_before_a_read_retry_cost_no_retry() {
 }
 
 /// An RNR NAK for the first packet of a message is followed by the responder's PSN sequence
-/// error NAK for the next one (seed 001: class B, one NAK per sequence error), both at the
-/// PSN the responder expects. That NAK asks for the retransmission the RNR NAK already
-/// scheduled: it costs no retry (only repetitive sequence NAKs do, seed 000) and sends nothing
-/// before the RNR timer. Otherwise a Send with `rnr_retry` 7 to a receiver without a receive
-/// ends in RETRY_EXC_ERR after `retry_cnt` + 1 RNR waits.
+/// error NAK for the next one (seed 001: class B, one NAK per sequence error, sent again only
+/// after the expected packet), both at the PSN the responder expects. That NAK asks for the
+/// retransmission the RNR NAK already scheduled: it costs no retry (only repetitive sequence
+/// NAKs do, seed 000) and sends nothing, whether it comes before the RNR timer's resend (even
+/// rounds) or after it (odd rounds, a short RNR timer). Otherwise a Send with `rnr_retry` 7 to
+/// a receiver without a receive ends in RETRY_EXC_ERR after `retry_cnt` + 1 RNR waits.
 #[test]
 fn requester_sequence_nak_behind_an_rnr_nak_costs_no_retry() {
     let mut d = Duo::new(Opts::default());
@@ -202,9 +203,9 @@ fn requester_sequence_nak_behind_an_rnr_nak_costs_no_retry() {
     d.announce(Aeth::ack(0, CREDIT_CODE_INVALID));
     d.post(0, send_wr(1, SendOpcode::Send, 3 * MTU))
         .expect("post");
+    d.progress(0);
+    let mut p = d.take(0);
     for round in 0..10 {
-        d.progress(0);
-        let p = d.take(0);
         assert_eq!(p.len(), 3, "round {round}: the whole message goes");
         assert_eq!(
             p[0].0.bth.psn.value(),
@@ -222,16 +223,32 @@ fn requester_sequence_nak_behind_an_rnr_nak_costs_no_retry() {
             ],
             "round {round}: an RNR NAK, then one sequence NAK"
         );
-        d.deliver_all(0, &r);
+        if round % 2 == 0 {
+            d.deliver_all(0, &r);
+            d.progress(0);
+            assert!(
+                d.take(0).is_empty(),
+                "round {round}: nothing before the RNR timer"
+            );
+            d.fire(0, Timer::Rnr);
+            d.progress(0);
+            p = d.take(0);
+        } else {
+            d.deliver_all(0, &r[..1]);
+            d.fire(0, Timer::Rnr);
+            d.progress(0);
+            p = d.take(0);
+            d.deliver_all(0, &r[1..]);
+            d.progress(0);
+            assert!(
+                d.take(0).is_empty(),
+                "round {round}: the late NAK sends nothing again"
+            );
+        }
         assert_eq!(d.state(0), QpState::Rts, "round {round}: no retry used up");
-        d.progress(0);
-        assert!(
-            d.take(0).is_empty(),
-            "round {round}: nothing before the RNR timer"
-        );
-        d.fire(0, Timer::Rnr);
     }
     d.post_recv(1, 4096).expect("recv");
+    d.deliver_all(1, &p);
     d.pump();
     assert_eq!(d.e[0].out.send_cqes.len(), 1);
     assert!(d.e[0].sends_all(WcStatus::Success));
