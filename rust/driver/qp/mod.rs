@@ -176,8 +176,10 @@ pub(crate) struct QpInner {
     paths: QpPaths,
     /// Send and receive queue depths granted.
     depths: (u32, u32),
-    /// Core counters already folded into the device's.
-    last_counters: QpCounters,
+    /// Core counters already folded into the device's. Kept apart: a fold is rare (the
+    /// counters it mirrors move on errors, credits and migrations), and without them the QP's
+    /// own allocation fits in 4 KiB rather than kmalloc's next size, 8 KiB.
+    last_counters: KBox<QpCounters>,
     /// Their [`folded_total`].
     last_total: u64,
     /// On-demand paging: packets and WQEs waiting for memory.
@@ -189,7 +191,12 @@ pub(crate) struct QpInner {
 impl QpInner {
     /// The inner state of a new QP, built in place: the whole is a few KiB, and each copy of it
     /// a value would make lands on the stack of a process-context verb.
-    fn new(parts: CoreParts, user: UserRings, depths: (u32, u32)) -> impl Init<Self> {
+    fn new(
+        parts: CoreParts,
+        user: UserRings,
+        depths: (u32, u32),
+        last_counters: KBox<QpCounters>,
+    ) -> impl Init<Self> {
         init!(Self {
             core: CoreQp::from_parts(parts),
             user,
@@ -197,7 +204,7 @@ impl QpInner {
             pending: Pending::default(),
             paths: QpPaths::default(),
             depths,
-            last_counters: QpCounters::default(),
+            last_counters,
             last_total: 0,
             odp: OdpWait::default(),
             dead: false,

@@ -30,7 +30,7 @@ use crate::ib::{
     udata::Udata,
 };
 use crate::net::udp_tunnel;
-use crate::rvcore::qp::{QpCreate, QpParts};
+use crate::rvcore::qp::{QpCounters, QpCreate, QpParts};
 use crate::rvcore::qp_state::{AttrMask, QpType};
 use crate::rvcore::requester::{PostError, MAX_UNACKED_PSNS};
 use crate::rvcore::wqe::{RecvSlot, SendFlags, SendOpcode, SendSlot, SgList, Sge, UdDest, WrExtra};
@@ -277,7 +277,8 @@ impl QpVerbs for RvrDevice {
             )
             .ok_or(EINVAL)?;
             let user = UserRings::new(sq_ring, rq_ring, core_sq, max_inline)?;
-            let inner = QpInner::new(parts, user, (sq_slots, rq_slots));
+            let last_counters = KBox::new(QpCounters::default(), GFP_KERNEL)?;
+            let inner = QpInner::new(parts, user, (sq_slots, rq_slots), last_counters);
             Arc::pin_init(
                 try_pin_init!(QpShared {
                     qpn,
