@@ -170,13 +170,17 @@ proptest! {
         }
     }
 
+    /// Only packets that parse are compared, so most are left whole and unflipped.
     #[test]
     fn ip_udp_glance_agrees_with_parse(
         v6: bool,
         transport in 12usize..64,
         pad in 0usize..8,
-        cut in 0usize..8,
-        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+        cut in prop_oneof![2 => Just(0usize), 1 => 1usize..8],
+        flips in prop_oneof![
+            2 => Just(Vec::new()),
+            1 => proptest::collection::vec((any::<usize>(), any::<u8>()), 1..3),
+        ],
     ) {
         let bytes = roce_ip_packet(v6, transport, pad, cut, &flips);
         let glance = ip_udp::udp_payload(&bytes);

@@ -249,6 +249,9 @@ pub struct ExpectedRecv {
     pub len: u32,
     pub imm: Option<u32>,
     pub data: Vec<u8>,
+    /// An RDMA Write with Immediate's target in the receiver's write-target MR: its bytes are
+    /// `data` of the sender's plan once the receive completes.
+    pub write_va: Option<u64>,
 }
 
 pub struct Node {
@@ -277,7 +280,7 @@ pub struct CreditModel {
     pub cur: usize,
     pub cur_pkt: u32,
     pub high: Option<rvrdma_core::psn::Psn>,
-    pub limit: rvrdma_core::credit::CreditLimit,
+    pub limit: ModelLimit,
     /// A message went out beyond the LSN: no new packet until an ACK at or after this PSN.
     pub waiting: Option<rvrdma_core::psn::Psn>,
     /// The WR (index into `wrs`) sent beyond the LSN whose wait point is its last packet.
@@ -296,12 +299,61 @@ impl CreditModel {
             cur: 0,
             cur_pkt: 0,
             high: None,
-            limit: rvrdma_core::credit::CreditLimit::INITIAL,
+            limit: ModelLimit::Lsn(0),
             waiting: None,
             uncredited_wr: None,
             uncredited_msgs: 0,
             probes: 0,
             owner: std::collections::HashMap::new(),
+        }
+    }
+}
+
+/// The number of credits an AETH credit code stands for (IBA Table 17-8), written out here
+/// again rather than taken from the engine, so that the model checks the engine's table too.
+const MODEL_CREDITS: [u32; 31] = [
+    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+];
+
+/// The requester's limit in the model (seed 003): the last SSN it may start a message needing
+/// a receive WQE with, or none (credit code 0x1F).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelLimit {
+    Unlimited,
+    Lsn(u32),
+}
+
+impl ModelLimit {
+    /// Whether `a` is at or before `b` in 24-bit sequence arithmetic.
+    fn not_after(a: u32, b: u32) -> bool {
+        b.wrapping_sub(a) & 0xFF_FFFF < 0x80_0000
+    }
+
+    /// After an ACK with `msn` and credit `code`: LSN = MSN + credits, which never moves back.
+    fn after_ack(self, msn: u32, code: u8) -> ModelLimit {
+        let Some(&credits) = MODEL_CREDITS.get(usize::from(code)) else {
+            return ModelLimit::Unlimited;
+        };
+        let new = msn.wrapping_add(credits) & 0xFF_FFFF;
+        match self {
+            ModelLimit::Lsn(old) if Self::not_after(new, old) => self,
+            _ => ModelLimit::Lsn(new),
+        }
+    }
+
+    /// A message that needs no receive WQE still takes an SSN: the LSN moves with it.
+    fn bump(self) -> ModelLimit {
+        match self {
+            ModelLimit::Unlimited => self,
+            ModelLimit::Lsn(l) => ModelLimit::Lsn(l.wrapping_add(1) & 0xFF_FFFF),
+        }
+    }
+
+    fn allows(self, ssn: u32) -> bool {
+        match self {
+            ModelLimit::Unlimited => true,
+            ModelLimit::Lsn(l) => Self::not_after(ssn, l),
         }
     }
 }
@@ -336,7 +388,9 @@ pub struct Sim {
     /// SQD exercise on node 0: (first WR index that must not start, drained seen).
     pub sqd_guard: Option<usize>,
     pub sqd_done: bool,
-    pub uc_cursor: [usize; 2],
+    /// UC: which of the messages each node expects have completed a receive (a message can
+    /// complete more than once: a duplicate of a packet that starts one starts it again).
+    pub uc_received: [Vec<bool>; 2],
 }
 
 fn gid(node: usize, link: usize) -> [u8; 16] {
@@ -461,7 +515,7 @@ impl Sim {
             violation: None,
             sqd_guard: None,
             sqd_done: false,
-            uc_cursor: [0, 0],
+            uc_received: [Vec::new(), Vec::new()],
             cfg,
         };
         for i in 0..2 {
@@ -596,11 +650,8 @@ impl Sim {
                             } else {
                                 Some(plan.wr.imm)
                             },
-                            data: if op.is_send() {
-                                data.clone()
-                            } else {
-                                Vec::new()
-                            },
+                            data: data.clone(),
+                            write_va: op.is_write().then_some(plan.wr.remote_addr),
                         });
                     }
                     plan.data = data;
@@ -1038,7 +1089,7 @@ impl Sim {
         let m = &mut self.credit[i];
         if let Some(a) = h.aeth {
             if let rvrdma_core::wire::Syndrome::Ack { credit } = a.syndrome {
-                m.limit = m.limit.update(a.msn, credit);
+                m.limit = m.limit.after_ack(a.msn, credit);
                 if let Some(w) = m.waiting {
                     if h.bth.psn.is_after_or_eq(w) {
                         m.waiting = None;
@@ -1201,7 +1252,10 @@ impl Sim {
     }
 
     fn maybe_kill_path(&mut self) {
-        if self.killed_at.is_some() || self.cfg.scenario == Scenario::Lossy {
+        // UC has no alternate path: a dead one would leave the lossy UC run nothing to carry.
+        if self.killed_at.is_some()
+            || matches!(self.cfg.scenario, Scenario::Lossy | Scenario::UcLossy)
+        {
             return;
         }
         let progress = self.nodes[0].out.send_cqes.len();
@@ -1331,36 +1385,36 @@ impl Sim {
                     ));
                 }
                 let exp = if self.cfg.scenario == Scenario::UcLossy {
-                    // Lost messages are skipped: find the next expected message that matches.
+                    // UC drops a message on any gap in its PSNs and starts one on any first
+                    // packet, so over a network that loses, reorders and duplicates packets a
+                    // receive completes some message the peer sent, in any order, even twice.
+                    let imm = if wc.flags & rvrdma_core::events::WC_WITH_IMM != 0 {
+                        Some(wc.imm_or_rkey)
+                    } else {
+                        None
+                    };
                     let (va, _) = self.nodes[i].recv_regions[k];
                     let m = self.nodes[i].mem.0.borrow();
-                    let mut found = None;
-                    while self.uc_cursor[i] < self.expected_recv[i].len() {
-                        let e = self.expected_recv[i][self.uc_cursor[i]].clone();
-                        self.uc_cursor[i] += 1;
-                        let imm = if wc.flags & rvrdma_core::events::WC_WITH_IMM != 0 {
-                            Some(wc.imm_or_rkey)
-                        } else {
-                            None
+                    let lands = |e: &ExpectedRecv| {
+                        let (key, at) = match e.write_va {
+                            Some(w) => (KEY_WTGT, w),
+                            None => (KEY_RECV, va),
                         };
-                        let data_ok = e.opcode != WcOpcode::Recv
-                            || m.read(KEY_RECV, va, e.len as u64)
-                                .map(|g| g == e.data)
-                                .unwrap_or(false);
-                        if e.opcode == wc.opcode && e.len == wc.byte_len && e.imm == imm && data_ok
-                        {
-                            found = Some(e);
-                            break;
-                        }
-                    }
-                    match found {
-                        Some(e) => e,
-                        None => {
-                            return Err(format!(
-                                "n{i}: UC receive {k} matches no remaining sent message"
-                            ))
-                        }
-                    }
+                        m.read(key, at, e.len as u64).is_ok_and(|g| g == e.data)
+                    };
+                    let found = self.expected_recv[i].iter().position(|e| {
+                        e.opcode == wc.opcode && e.len == wc.byte_len && e.imm == imm && lands(e)
+                    });
+                    drop(m);
+                    let Some(j) = found else {
+                        return Err(format!(
+                            "n{i}: UC receive {k} matches no message the peer sent"
+                        ));
+                    };
+                    let seen = &mut self.uc_received[i];
+                    seen.resize(self.expected_recv[i].len(), false);
+                    seen[j] = true;
+                    self.expected_recv[i][j].clone()
                 } else {
                     let Some(exp) = self.expected_recv[i].get(k).cloned() else {
                         return Err(format!("n{i}: unexpected receive completion {k}"));
@@ -1392,6 +1446,19 @@ impl Sim {
                         .map_err(|e| format!("{e:?}"))?;
                     if got != exp.data {
                         return Err(format!("n{i}: receive {k}: payload differs"));
+                    }
+                }
+                if let Some(wva) = exp.write_va {
+                    // The Write's bytes are in place once its immediate completes the receive.
+                    let m = self.nodes[i].mem.0.borrow();
+                    let got = m
+                        .read(KEY_WTGT, wva, exp.len as u64)
+                        .map_err(|e| format!("{e:?}"))?;
+                    if got != exp.data {
+                        return Err(format!(
+                            "n{i}: receive {k}: the RDMA Write with Immediate did not land \
+                             byte-exact"
+                        ));
                     }
                 }
                 self.nodes[i].recv_checked += 1;

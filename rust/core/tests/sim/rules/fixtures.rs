@@ -41,14 +41,17 @@ pub struct End {
 }
 
 impl End {
-    /// True when every send completion so far has `status`.
+    /// True when there are send completions and every one so far has `status` (none at all is
+    /// not a flush that happened).
     pub fn sends_all(&self, status: WcStatus) -> bool {
-        self.out.send_cqes.iter().all(|c| c.status == status)
+        let c = &self.out.send_cqes;
+        !c.is_empty() && c.iter().all(|c| c.status == status)
     }
 
-    /// True when every receive completion so far has `status`.
+    /// True when there are receive completions and every one so far has `status`.
     pub fn recvs_all(&self, status: WcStatus) -> bool {
-        self.out.recv_cqes.iter().all(|c| c.status == status)
+        let c = &self.out.recv_cqes;
+        !c.is_empty() && c.iter().all(|c| c.status == status)
     }
 }
 

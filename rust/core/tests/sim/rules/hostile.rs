@@ -84,6 +84,11 @@ fn garbage_packets_never_panic() {
 
 #[test]
 fn malicious_peer_huge_lengths_unknown_rkeys_bogus_psns() {
+    // Every MR's bytes at the responder, to tell that a refused request wrote nothing.
+    let bytes = |d: &Duo| -> Vec<Vec<u8>> {
+        let m = d.e[1].mem.0.borrow();
+        m.mrs.iter().map(|mr| mr.bytes.clone()).collect()
+    };
     // Huge RDMA Read length: invalid request, nothing read.
     let mut d = Duo::responder(0);
     let h = req_reth(
@@ -94,12 +99,16 @@ fn malicious_peer_huge_lengths_unknown_rkeys_bogus_psns() {
         u32::MAX,
     );
     d.deliver(1, &h, &[], 1);
-    assert!(is_nak(&d.take(1)[0].0, NakCode::InvalidRequest));
+    let p = d.take(1);
+    assert_eq!(p.len(), 1, "one NAK, no Read response");
+    assert!(is_nak(&p[0].0, NakCode::InvalidRequest));
     // Write whose VA + length wraps around: remote access error, memory untouched.
     let mut d = Duo::responder(0);
+    let before = bytes(&d);
     let h = req_reth(Opcode::RcRdmaWriteFirst, PSN_A, RMT, u64::MAX - 10, 1 << 30);
-    d.deliver(1, &h, &[0u8; MTU as usize], 1);
+    d.deliver(1, &h, &[0xA5u8; MTU as usize], 1);
     assert!(is_nak(&d.take(1)[0].0, NakCode::RemoteAccessError));
+    assert!(bytes(&d) == before, "the refused Write changed memory");
     // Unknown R_Key on an atomic: remote access error, not executed.
     let mut d = Duo::responder(0);
     let h = req_atomic(Opcode::RcCompareSwap, PSN_A, 0x7777, 0x1000);

@@ -75,8 +75,9 @@ fn seed001_class_c_middle_or_last_where_first_expected() {
         let p = d.take(1);
         assert!(is_nak(&p[0].0, NakCode::InvalidRequest));
         assert_eq!(d.state(1), QpState::Error);
-        // No RQ WQE was in use: affiliated async event, then the RQ is flushed.
+        // No RQ WQE was in use: affiliated async event, then the RQ is flushed: both receives.
         assert!(d.e[1].out.has_event(AsyncEvent::QpReqErr));
+        assert_eq!(d.e[1].out.recv_cqes.len(), 2);
         assert!(d.e[1].recvs_all(WcStatus::WrFlushErr));
     }
 }

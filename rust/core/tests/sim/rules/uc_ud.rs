@@ -40,11 +40,18 @@ fn uc_send_and_write_with_imm_without_acks() {
     d.progress(1);
     assert!(d.take(1).is_empty(), "UC never acknowledges");
     let rc = &d.e[1].out.recv_cqes;
+    assert_eq!(rc.len(), 2);
     assert_eq!((rc[0].opcode, rc[0].byte_len), (WcOpcode::Recv, 600));
-    assert_eq!(rc[1].opcode, WcOpcode::RecvRdmaWithImm);
     assert_eq!(
-        d.e[1].mem.0.borrow().read(DST, DST_VA, 600).expect("r"),
-        data
+        (rc[1].opcode, rc[1].byte_len),
+        (WcOpcode::RecvRdmaWithImm, 300)
+    );
+    let m = d.e[1].mem.0.borrow();
+    assert_eq!(m.read(DST, DST_VA, 600).expect("r"), data);
+    assert_eq!(
+        m.read(RMT, RMT_VA, 300).expect("r"),
+        data[..300],
+        "the Write's bytes in the remote buffer"
     );
 }
 
