@@ -20,6 +20,8 @@ use kernel::prelude::*;
 
 /// The one memory region of a test node: `KEY` names it for local and remote access.
 const KEY: u32 = 0x100;
+/// Both send queues' first PSN: the third packet sent wraps to 0.
+const FIRST_PSN: u32 = 0xff_fffe;
 const BASE: u64 = 0x10_0000;
 const LEN: usize = 8192;
 
@@ -263,7 +265,7 @@ fn connect(n: &mut [Node; 2], i: usize) -> Result {
     a.path = path;
     a.path_mtu = 3; // 1024 bytes
     a.dest_qp_num = 0x11 + u32::from(peer);
-    a.rq_psn = 0xff_fff0; // wraps during the test
+    a.rq_psn = FIRST_PSN;
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 1;
     let m = AttrMask::STATE
@@ -278,7 +280,7 @@ fn connect(n: &mut [Node; 2], i: usize) -> Result {
     a.timeout = 14;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
-    a.sq_psn = 0xff_fff0;
+    a.sq_psn = FIRST_PSN;
     a.max_rd_atomic = 4;
     let m = AttrMask::STATE
         | AttrMask::TIMEOUT
@@ -340,8 +342,9 @@ mod tests {
     use crate::rvcore::events::WcStatus;
     use crate::rvcore::wqe::{SendFlags, SendOpcode};
 
-    /// A 3000-byte Send (three packets) and a 2500-byte RDMA Write cross the in-memory wire
-    /// byte-exact, with PSNs wrapping past 0xffffff, and complete successfully on both sides.
+    /// A 3000-byte Send (three packets) and a 2500-byte RDMA Write (three more) cross the
+    /// in-memory wire byte-exact, the Send's PSNs wrapping past 0xffffff, and complete
+    /// successfully on both sides.
     #[test]
     fn send_and_write_cross_in_kernel() -> Result {
         let mut n = [node(0)?, node(1)?];
@@ -375,6 +378,9 @@ mod tests {
             .map_err(|_| EINVAL)?;
         let moved = pump(&mut n);
         assert!(moved >= 6);
+        // Six request packets from 0xfffffe: the next PSN is 4 at both ends.
+        assert_eq!(n[0].qp.sq_logic().sq_psn(), 4);
+        assert_eq!(n[1].qp.rq_logic().epsn(), 4);
 
         let mut sent = n[0]
             .out

@@ -24,10 +24,16 @@ fn seed000_retry_exhaustion_while_armed_migrates() {
     d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
     d.progress(0);
     d.take(0); // lost on the dying primary
+               // The retries are lost too; the timer that finds none left migrates, and the Send goes
+               // again over the new path at once, in the same pass.
+    let mut p = Vec::new();
     for _ in 0..4 {
         d.fire(0, Timer::Retransmit);
         d.progress(0);
-        d.take(0);
+        p = d.take(0);
+        if d.e[0].out.has_event(AsyncEvent::PathMig) {
+            break;
+        }
     }
     assert!(
         d.e[0].out.has_event(AsyncEvent::PathMig),
@@ -35,14 +41,7 @@ fn seed000_retry_exhaustion_while_armed_migrates() {
     );
     assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
     assert_eq!(d.e[0].qp.sq_logic().retry_left(), 3, "retry count reloaded");
-    d.progress(0);
-    let p = if d.e[0].out.tx.is_empty() {
-        d.fire(0, Timer::Retransmit);
-        d.progress(0);
-        d.take(0)
-    } else {
-        d.take(0)
-    };
+    assert_eq!(p.len(), 1, "the Send, sent again without another timer");
     let (h, pl, port) = &p[0];
     assert!(h.bth.mig_req, "MigReq=1 after migration");
     assert_eq!(*port, 2, "sent over the alternate path");
@@ -52,6 +51,37 @@ fn seed000_retry_exhaustion_while_armed_migrates() {
     assert_eq!(d.e[1].qp.primary_path().port_num, 2);
     d.pump();
     assert!(d.e[0].sends_all(WcStatus::Success));
+}
+
+/// Seed 000, step 5: after a migration the requester times its ACKs by the new path's local
+/// ACK timeout (4.096 usec x 2^timeout), not the old one's.
+#[test]
+fn seed000_the_new_paths_ack_timeout_applies_after_migration() {
+    let mut d = Duo::new(Opts {
+        armed: true,
+        alt_timeout: 14,
+        pre_rtr_recvs: [4, 4],
+        ..Opts::default()
+    });
+    d.pump();
+    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.post(1, send_wr(1, SendOpcode::RdmaWrite, 4))
+        .expect("post");
+    d.pump();
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Armed);
+    let ack_wait = |d: &Duo| retransmit_deadline(d, 0).expect("timer armed") - d.now;
+    d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
+    d.progress(0);
+    d.take(0);
+    assert_eq!(ack_wait(&d), 4096 << 8, "the primary path's timeout");
+    while !d.e[0].out.has_event(AsyncEvent::PathMig) {
+        d.fire(0, Timer::Retransmit);
+        d.progress(0);
+        d.take(0);
+    }
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
+    assert_eq!(ack_wait(&d), 4096 << 14, "the new path's timeout");
 }
 
 #[test]
@@ -147,7 +177,8 @@ fn seed000_peer_requested_migration_reloads_the_retry_count() {
     d.progress(0);
     d.take(0);
     d.fire(0, Timer::Retransmit);
-    d.take(0);
+    d.progress(0);
+    assert_eq!(d.take(0).len(), 1, "the retry, lost too");
     assert_eq!(d.e[0].qp.sq_logic().retry_left(), 2);
     // Node 1 migrates by command and its next packet, MigReq=1 over the alternate path, is
     // the migration request node 0 accepts.

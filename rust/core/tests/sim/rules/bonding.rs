@@ -8,6 +8,8 @@
 
 use rvrdma_core::apm::{MigState, PathMatch};
 use rvrdma_core::events::{AsyncEvent, Timer, WcStatus};
+use rvrdma_core::qp::QpAttrs;
+use rvrdma_core::qp_state::{AttrMask, QpState};
 use rvrdma_core::wire::Headers;
 use rvrdma_core::wqe::SendOpcode;
 
@@ -202,6 +204,7 @@ fn seed002_idle_qps_arm_without_traffic_and_fail_over() {
 
 #[test]
 fn seed002_policy_off_leaves_apm_to_the_application() {
+    // Never on: nothing is loaded.
     let mut d = Duo::running(4);
     assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
     let e = &mut d.e[0];
@@ -211,10 +214,46 @@ fn seed002_policy_off_leaves_apm_to_the_application() {
         e.qp.query().alt_path.port_num == 0,
         "no alternate path loaded"
     );
+    // Turned off after it armed both ends: the loaded alternate still serves a migration (by
+    // retry exhaustion here, as the ends hear of no port event), but nothing re-arms after it.
+    let mut b = armed_bond();
+    for i in 0..2 {
+        let e = &mut b.d.e[i];
+        e.qp.set_bonding(None, &mut e.out);
+    }
+    let rearms = b.d.e[0].qp.counters().auto_rearms;
+    b.up[0] = false;
+    b.send(0, 7);
+    b.settle();
+    assert!(b.d.e[0].out.has_event(AsyncEvent::PathMig));
+    assert_eq!(b.port(0), 2, "migrated to the alternate path");
+    assert_eq!(b.mig(0), MigState::Migrated, "and not re-armed");
+    assert_eq!(b.d.e[0].qp.counters().auto_rearms, rearms);
+    assert_eq!(b.d.e[0].qp.query().alt_path.port_num, 0);
+    assert_eq!(b.d.e[0].qp.counters().port_failovers, 0);
 }
 
 #[test]
 fn seed002_an_alternate_path_the_application_loaded_is_kept() {
+    // Loaded without re-arming: the QP stays Migrated, its alternate path the application's.
+    let mut d = Duo::running(4);
+    let mut a = QpAttrs {
+        qp_state: QpState::Rts,
+        alt_path: d.e[0].paths[1],
+        ..QpAttrs::default()
+    };
+    a.alt_path.timeout = 12;
+    d.modify(0, &a, AttrMask::ALT_PATH)
+        .expect("load an alternate path");
+    let alt = d.e[0].qp.query().alt_path;
+    assert_eq!(alt.timeout, 12);
+    assert_eq!(d.e[0].qp.mig_state(), MigState::Migrated);
+    let e = &mut d.e[0];
+    e.qp.set_bonding(Some([true, true]), &mut e.out);
+    assert_eq!(e.qp.query().alt_path, alt, "the policy left it alone");
+    assert_eq!(e.qp.mig_state(), MigState::Migrated, "and did not re-arm");
+    assert_eq!(e.qp.counters().auto_rearms, 0);
+    // Armed by the application: kept too.
     let mut d = armed_duo();
     let alt = d.e[0].qp.query().alt_path;
     let e = &mut d.e[0];

@@ -86,6 +86,9 @@ pub struct Opts {
     pub psns: (u32, u32),
     /// Local ACK timeout exponent of both SQs (0 = infinite).
     pub timeout: u8,
+    /// The alternate path's local ACK timeout exponent (`armed`), which applies after a
+    /// migration.
+    pub alt_timeout: u8,
     /// P_Keys of node 0's and node 1's QP (the values of their pkey_index).
     pub pkeys: [u16; 2],
     /// Path MTU of both QPs, as IB encodes it (1 = 256 bytes, the default; 5 = 4096).
@@ -109,6 +112,7 @@ impl Default for Opts {
             uc: false,
             psns: (PSN_A, PSN_B),
             timeout: 8,
+            alt_timeout: 8,
             pkeys: [0xFFFF; 2],
             path_mtu: 1,
         }
@@ -321,6 +325,7 @@ impl Duo {
         }
         if o.armed {
             a.alt_path = self.e[i].paths[1];
+            a.alt_path.timeout = o.alt_timeout;
             a.path_mig_state = MigState::Rearm;
             m = m | AttrMask::ALT_PATH | AttrMask::PATH_MIG_STATE;
         }

@@ -17,6 +17,8 @@ const WMR_VA: u64 = 0x60000;
 const WMR_LEN: usize = 4096;
 /// Node 1's window and where it is bound: 512 bytes from 1 KiB into the MR.
 const WIN: u32 = 0x21 << 8 | 0x05;
+/// An MR over the same bytes as `WMR` that does not allow binding windows (C10-73).
+const NOBIND: u32 = 0x22 << 8 | 0x44;
 const WIN_VA: u64 = WMR_VA + 1024;
 const WIN_LEN: u64 = 512;
 const OLD: u8 = 0x5A;
@@ -39,6 +41,7 @@ fn duo(kind: MwType) -> Duo {
     let d = Duo::running(2);
     let m = &d.e[1].mem;
     m.add_mr(WMR, WMR_VA, WMR_LEN, ACCESS_LOCAL_WRITE | ACCESS_MW_BIND);
+    m.add_mr(NOBIND, WMR_VA, WMR_LEN, ACCESS_LOCAL_WRITE);
     fill(m, WMR, WMR_VA, &[OLD; WMR_LEN]);
     m.add_mw(kind, WIN);
     fill(&d.e[0].mem, SRC, SRC_VA, &[0xC3; 256]);
@@ -228,7 +231,7 @@ fn refused_bind_is_an_mw_bind_error_and_the_qp_fails() {
     let cases: [(&str, Spoil); 4] = [
         ("unknown window", |w| bind_of(w).mw_rkey = 0x55 << 8),
         ("stale window key", |w| bind_of(w).mw_rkey ^= 1),
-        ("MR without MW bind", |w| bind_of(w).mr_lkey = RMT),
+        ("MR without MW bind", |w| bind_of(w).mr_lkey = NOBIND),
         ("window past the MR", |w| bind_of(w).length = WMR_LEN as u64),
     ];
     for (case, spoil) in cases {

@@ -229,6 +229,57 @@ fn odp_read_response_not_resident_is_taken_again() {
     assert_eq!(got, data);
 }
 
+/// An atomic's ACK whose local buffer (for the original value) went away is not taken: no
+/// completion, nothing written; once resident, the same ACK writes the value and completes.
+#[test]
+fn odp_atomic_ack_not_resident_is_taken_again() {
+    let mut d = Duo::running(0);
+    fill(&d.e[1].mem, ATM, ATM_VA, &40u64.to_ne_bytes());
+    fill(&d.e[0].mem, DST, DST_VA, &[0xEE; 8]);
+    let mut fa = SendWr::new(1, SendOpcode::AtomicFetchAndAdd);
+    fa.sg = SgList::from_slice(&[Sge {
+        addr: DST_VA,
+        length: 8,
+        lkey: DST,
+    }])
+    .expect("sg");
+    fa.remote_addr = ATM_VA;
+    fa.rkey = ATM;
+    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
+        compare_add: 2,
+        swap: 0,
+    };
+    d.post(0, fa).expect("post");
+    d.flow_after_progress();
+    d.progress(1);
+    let acks = d.take(1);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].0.bth.opcode, Opcode::RcAtomicAcknowledge);
+    set_absent(&d.e[0].mem, DST, true);
+    let before = hits(&d.e[0].mem);
+    d.deliver_all(0, &acks);
+    assert!(
+        hits(&d.e[0].mem) > before,
+        "the access found the buffer absent"
+    );
+    assert!(d.e[0].out.send_cqes.is_empty());
+    assert_eq!(d.state(0), QpState::Rts);
+    set_absent(&d.e[0].mem, DST, false);
+    assert_eq!(
+        d.e[0].mem.peek(DST, DST_VA, 8),
+        vec![0xEE; 8],
+        "nothing written"
+    );
+    d.deliver_all(0, &acks);
+    assert_eq!(d.e[0].out.send_cqes.len(), 1);
+    assert!(d.e[0].sends_all(WcStatus::Success));
+    assert_eq!(
+        d.e[0].mem.peek(DST, DST_VA, 8),
+        40u64.to_ne_bytes().to_vec()
+    );
+    assert_eq!(d.e[1].mem.0.borrow().atomics_executed, 1);
+}
+
 /// The error itself: what `check_remote` of an absent MR returns.
 #[test]
 fn odp_sim_memory_reports_not_present() {
