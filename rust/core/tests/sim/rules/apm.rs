@@ -57,19 +57,10 @@ fn seed000_retry_exhaustion_while_armed_migrates() {
 /// ACK timeout (4.096 usec x 2^timeout), not the old one's.
 #[test]
 fn seed000_the_new_paths_ack_timeout_applies_after_migration() {
-    let mut d = Duo::new(Opts {
-        armed: true,
+    let mut d = armed_duo_with(Opts {
         alt_timeout: 14,
-        pre_rtr_recvs: [4, 4],
         ..Opts::default()
     });
-    d.pump();
-    d.post(0, send_wr(1, SendOpcode::RdmaWrite, 4))
-        .expect("post");
-    d.post(1, send_wr(1, SendOpcode::RdmaWrite, 4))
-        .expect("post");
-    d.pump();
-    assert_eq!(d.e[0].qp.mig_state(), MigState::Armed);
     let ack_wait = |d: &Duo| retransmit_deadline(d, 0).expect("timer armed") - d.now;
     d.post(0, send_wr(2, SendOpcode::Send, 10)).expect("post");
     d.progress(0);

@@ -523,10 +523,15 @@ pub fn req_atomic(opcode: Opcode, psn: u32, rkey: u32, va: u64) -> Headers {
 }
 
 pub fn armed_duo() -> Duo {
+    armed_duo_with(Opts::default())
+}
+
+/// [`armed_duo`] with other options (`armed` and the receives are set here).
+pub fn armed_duo_with(o: Opts) -> Duo {
     let mut d = Duo::new(Opts {
         armed: true,
         pre_rtr_recvs: [4, 4],
-        ..Opts::default()
+        ..o
     });
     // Packets with MigReq=0 both ways arm both sides (Rearm -> Armed, seed 002).
     d.pump();
@@ -538,6 +543,24 @@ pub fn armed_duo() -> Duo {
     assert_eq!(d.e[0].qp.mig_state(), MigState::Armed);
     assert_eq!(d.e[1].qp.mig_state(), MigState::Armed);
     d
+}
+
+/// A Fetch and Add of `add` to the atomic MR's first word, the original value to `dst_va`.
+pub fn fetch_add_wr(id: u64, add: u64, dst_va: u64) -> SendWr {
+    let mut fa = SendWr::new(id, SendOpcode::AtomicFetchAndAdd);
+    fa.sg = SgList::from_slice(&[Sge {
+        addr: dst_va,
+        length: 8,
+        lkey: DST,
+    }])
+    .expect("sg");
+    fa.remote_addr = ATM_VA;
+    fa.rkey = ATM;
+    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
+        compare_add: add,
+        swap: 0,
+    };
+    fa
 }
 
 pub fn read_wr(id: u64, len: u32) -> SendWr {

@@ -7,7 +7,7 @@ use rvrdma_core::events::{WcOpcode, WcStatus};
 use rvrdma_core::memory::MemError;
 use rvrdma_core::qp_state::QpState;
 use rvrdma_core::wire::Opcode;
-use rvrdma_core::wqe::{SendOpcode, SendWr, SgList, Sge};
+use rvrdma_core::wqe::SendOpcode;
 
 use super::fixtures::*;
 use crate::sim::mem::SimMem;
@@ -145,19 +145,7 @@ fn odp_read_request_not_resident_is_answered_when_taken_again() {
 fn odp_atomic_not_resident_executes_once_when_taken_again() {
     let mut d = Duo::running(0);
     fill(&d.e[1].mem, ATM, ATM_VA, &40u64.to_ne_bytes());
-    let mut fa = SendWr::new(1, SendOpcode::AtomicFetchAndAdd);
-    fa.sg = SgList::from_slice(&[Sge {
-        addr: DST_VA,
-        length: 8,
-        lkey: DST,
-    }])
-    .expect("sg");
-    fa.remote_addr = ATM_VA;
-    fa.rkey = ATM;
-    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
-        compare_add: 2,
-        swap: 0,
-    };
+    let fa = fetch_add_wr(1, 2, DST_VA);
     d.post(0, fa).expect("post");
     d.progress(0);
     let pk = d.take(0);
@@ -236,19 +224,7 @@ fn odp_atomic_ack_not_resident_is_taken_again() {
     let mut d = Duo::running(0);
     fill(&d.e[1].mem, ATM, ATM_VA, &40u64.to_ne_bytes());
     fill(&d.e[0].mem, DST, DST_VA, &[0xEE; 8]);
-    let mut fa = SendWr::new(1, SendOpcode::AtomicFetchAndAdd);
-    fa.sg = SgList::from_slice(&[Sge {
-        addr: DST_VA,
-        length: 8,
-        lkey: DST,
-    }])
-    .expect("sg");
-    fa.remote_addr = ATM_VA;
-    fa.rkey = ATM;
-    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
-        compare_add: 2,
-        swap: 0,
-    };
+    let fa = fetch_add_wr(1, 2, DST_VA);
     d.post(0, fa).expect("post");
     d.flow_after_progress();
     d.progress(1);

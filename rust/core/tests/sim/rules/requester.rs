@@ -196,19 +196,7 @@ fn requester_read_and_atomic_responses_fill_local_memory() {
     let mut d = Duo::running(0);
     fill(&d.e[1].mem, RMT, RMT_VA, &[0xAB; 600]);
     d.post(0, read_wr(1, 600)).expect("post");
-    let mut fa = SendWr::new(2, SendOpcode::AtomicFetchAndAdd);
-    fa.sg = SgList::from_slice(&[Sge {
-        addr: DST_VA + 1024,
-        length: 8,
-        lkey: DST,
-    }])
-    .expect("sg");
-    fa.remote_addr = ATM_VA;
-    fa.rkey = ATM;
-    fa.extra = rvrdma_core::wqe::WrExtra::Atomic {
-        compare_add: 5,
-        swap: 0,
-    };
+    let fa = fetch_add_wr(2, 5, DST_VA + 1024);
     d.post(0, fa).expect("post");
     d.post(0, fa).expect("post");
     d.pump();
